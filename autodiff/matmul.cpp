@@ -1,0 +1,103 @@
+#include "matmul.hpp"
+
+#include "convert.hpp"
+#include "matmul_kernels.hpp"
+
+#include <cblas.h>
+
+#include <stdexcept>
+#include <vector>
+
+namespace mixprec::autodiff {
+namespace detail {
+
+void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
+    const auto ta = s.transpose_a ? CblasTrans : CblasNoTrans;
+    const auto tb = s.transpose_b ? CblasTrans : CblasNoTrans;
+    const auto lda = static_cast<blasint>(s.transpose_a ? s.m : s.k);
+    const auto ldb = static_cast<blasint>(s.transpose_b ? s.k : s.n);
+    if (!s.batched_b && !s.transpose_a) { // the batches stack into one taller matrix
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.batch * s.m), static_cast<blasint>(s.n),
+                    static_cast<blasint>(s.k), 1.0f, a, lda, b, ldb, 0.0f, c, static_cast<blasint>(s.n));
+        return;
+    }
+    for (std::size_t i = 0; i < s.batch; ++i)
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
+                    static_cast<blasint>(s.k), 1.0f, a + i * s.m * s.k, lda, b + (s.batched_b ? i * s.k * s.n : 0),
+                    ldb, 0.0f, c + i * s.m * s.n, static_cast<blasint>(s.n));
+}
+
+} // namespace detail
+
+namespace {
+
+struct operand_dims {
+    std::size_t batch, rows, cols; // after transposition
+    bool batched;
+};
+
+operand_dims dims_of(const Tensor& t, bool transpose, const char* name, const Tensor& a, const Tensor& b) {
+    if (t.rank() != 2 && t.rank() != 3)
+        throw shape_error(std::string("matmul: ") + name + " must have rank 2 or 3; shapes are " +
+                          a.shape().to_string() + " and " + b.shape().to_string());
+    const bool batched = t.rank() == 3;
+    const std::size_t r = t.shape().dim(-2), c = t.shape().dim(-1);
+    return {batched ? t.shape()[0] : 1, transpose ? c : r, transpose ? r : c, batched};
+}
+
+std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
+    return a.shape().to_string() + (o.transpose_a ? "ᵀ" : "") + " @ " + b.shape().to_string() +
+           (o.transpose_b ? "ᵀ" : "");
+}
+
+/// Widens a tensor into a reusable float32 buffer (no copy for float32).
+const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
+    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
+    scratch.resize(t.size());
+    widen(t.raw(), t.dtype(), scratch.data(), t.size());
+    return scratch.data();
+}
+
+} // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
+    check_same_dtype(a, b, "matmul");
+    const auto da = dims_of(a, options.transpose_a, "a", a, b);
+    const auto db = dims_of(b, options.transpose_b, "b", a, b);
+    if (da.cols != db.rows)
+        throw shape_error("matmul: inner dimensions differ in " + shapes_of(a, b, options) + " (" +
+                          std::to_string(da.cols) + " vs " + std::to_string(db.rows) + ")");
+    if (db.batched && (!da.batched || da.batch != db.batch))
+        throw shape_error("matmul: batch dimensions differ in " + shapes_of(a, b, options));
+
+    const detail::gemm_shape s{da.batch, da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
+                               db.batched};
+    Tensor out(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, a.dtype());
+    if (out.size() == 0) return out;
+
+    const bool bf16 = a.dtype() == Dtype::bfloat16;
+    if (options.backend == MatmulBackend::onednn && !(bf16 && detail::onednn_bf16_available()))
+        throw std::invalid_argument("matmul: the onednn backend needs bfloat16 operands and a CPU with AVX512-BF16");
+    const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
+                                     (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
+
+    thread_local std::vector<float> wa, wb, wc;
+    float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) : (wc.resize(out.size()), wc.data());
+    if (s.k == 0) {
+        std::fill(c, c + out.size(), 0.0f);
+    } else if (use_onednn) {
+        detail::onednn_matmul_bf16(s, a.raw(), b.raw(), c);
+    } else {
+        detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
+    }
+    if (out.dtype() != Dtype::float32) narrow(c, out.raw(), out.size(), out.dtype());
+    return out;
+}
+
+void set_blas_threads(int threads) {
+    if (threads < 1) throw std::invalid_argument("set_blas_threads: threads must be at least 1, got " + std::to_string(threads));
+    openblas_set_num_threads(threads);
+    detail::onednn_set_threads(threads);
+}
+
+} // namespace mixprec::autodiff

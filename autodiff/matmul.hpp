@@ -1,0 +1,40 @@
+#pragma once
+/// Matrix products of tensors of any dtype, computed in float32 by a BLAS library and rounded once to
+/// the operands' dtype.
+///
+///   a (m, k)    @ b (k, n)    -> (m, n)
+///   a (B, m, k) @ b (B, k, n) -> (B, m, n)      batched
+///   a (B, m, k) @ b (k, n)    -> (B, m, n)      one b for every batch (a Dense layer over a sequence)
+/// with `transpose_a` / `transpose_b` applying to the last two axes of the stored operand.
+///
+/// float32 goes straight to OpenBLAS sgemm. float16, cbfloat16 and FP8 operands are widened to float32
+/// with the conversion kernels, multiplied by sgemm, and the product is rounded once. bfloat16 goes to
+/// oneDNN's matmul when the CPU has AVX512-BF16 (products of bfloat16 are exact in float32, and oneDNN
+/// accumulates in float32), else the sgemm route; both give the same product up to float32 summation
+/// order.
+
+#include "tensor.hpp"
+
+namespace mixprec::autodiff {
+
+/// Which library multiplies bfloat16 operands (other dtypes always use sgemm).
+enum class MatmulBackend : unsigned char {
+    automatic, ///< oneDNN where the CPU has AVX512-BF16, else sgemm
+    sgemm,     ///< widen to float32, OpenBLAS sgemm
+    onednn,    ///< oneDNN bf16 matmul (invalid_argument for other dtypes)
+};
+
+struct MatmulOptions {
+    bool transpose_a = false;
+    bool transpose_b = false;
+    MatmulBackend backend = MatmulBackend::automatic;
+};
+
+/// a @ b, rounded once to the common dtype. shape_error names both shapes when they do not fit;
+/// dtype_error when the dtypes differ.
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
+
+/// Sets the threads OpenBLAS and oneDNN use (both, so they never oversubscribe the cores).
+void set_blas_threads(int threads);
+
+} // namespace mixprec::autodiff

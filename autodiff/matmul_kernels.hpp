@@ -1,0 +1,24 @@
+#pragma once
+// Internal: the BLAS and oneDNN calls behind matmul.
+
+#include <cstddef>
+
+namespace mixprec::autodiff::detail {
+
+/// c (batch, m, n) = op(a) @ op(b) for row-major a (batch, m, k) [or (batch, k, m) transposed] and
+/// b (batch or 1, k, n) [or (.., n, k) transposed].
+struct gemm_shape {
+    std::size_t batch, m, n, k;
+    bool transpose_a, transpose_b, batched_b;
+};
+
+void sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
+
+/// False when oneDNN cannot run a bf16 matmul on this CPU.
+bool onednn_bf16_available();
+/// a and b hold bfloat16; c receives float32.
+void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, float* c);
+
+void onednn_set_threads(int threads);
+
+} // namespace mixprec::autodiff::detail

@@ -1,0 +1,60 @@
+#include "convert.hpp"
+#include "matmul_kernels.hpp"
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <map>
+#include <tuple>
+
+namespace mixprec::autodiff::detail {
+namespace {
+
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+struct matmul_plan {
+    dnnl::memory::desc a, b, c;
+    dnnl::matmul primitive;
+};
+
+matmul_plan make_plan(const gemm_shape& s) {
+    const auto B = static_cast<dnnl::memory::dim>(s.batch), M = static_cast<dnnl::memory::dim>(s.m),
+               N = static_cast<dnnl::memory::dim>(s.n), K = static_cast<dnnl::memory::dim>(s.k);
+    // Logical shapes are (batch, m, k) @ (batch, k, n); strides describe how the operands are stored.
+    const dnnl::memory::desc a({B, M, K}, dt::bf16, s.transpose_a ? dims{M * K, 1, M} : dims{M * K, K, 1});
+    const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, dt::bf16, s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
+    const dnnl::memory::desc c({B, M, N}, dt::f32, dims{M * N, N, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine());
+    return {a, b, c, dnnl::matmul(pd)};
+}
+
+} // namespace
+
+bool onednn_bf16_available() {
+    static const bool available = has_avx512_bf16();
+    return available;
+}
+
+void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, float* c) {
+    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool>;
+    thread_local std::map<key_t, matmul_plan> plans; // primitive creation costs far more than a small product
+    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b};
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_plan(s)).first;
+    const matmul_plan& p = it->second;
+
+    dnnl::stream stream(engine());
+    dnnl::memory ma(p.a, engine(), const_cast<void*>(a)), mb(p.b, engine(), const_cast<void*>(b)), mc(p.c, engine(), c);
+    p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
+}
+
+void onednn_set_threads(int threads) { omp_set_num_threads(threads); }
+
+} // namespace mixprec::autodiff::detail

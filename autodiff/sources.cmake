@@ -1,0 +1,20 @@
+# Sources of mixprec::autodiff. Conversion kernels for each x86 instruction set are compiled in their
+# own translation unit with that set's flags and picked at run time (convert.cpp).
+target_sources(mixprec PRIVATE
+  autodiff/dtype.cpp
+  autodiff/convert.cpp
+  autodiff/shape.cpp
+  autodiff/tensor.cpp
+  autodiff/tensor_xt.cpp
+  autodiff/kernels_elementwise.cpp
+  autodiff/matmul.cpp
+  autodiff/matmul_onednn.cpp)
+
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  target_sources(mixprec PRIVATE autodiff/convert_avx2.cpp autodiff/convert_avx512.cpp)
+  set_source_files_properties(autodiff/convert_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
+  set_source_files_properties(autodiff/convert_avx512.cpp PROPERTIES COMPILE_OPTIONS
+    "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mf16c;-mfma;-mprefer-vector-width=512;-Wno-maybe-uninitialized")
+# (GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512 intrinsic headers.)
+  target_compile_definitions(mixprec PRIVATE MIXPREC_X86_KERNELS)
+endif()

@@ -1,0 +1,28 @@
+# Installs the library, its headers and a package config, so that another project can write
+#   find_package(mixprec REQUIRED)
+#   target_link_libraries(app PRIVATE mixprec::mixprec)   # and #include <mixprec/mixprec.hpp>
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS mixprec EXPORT mixprecTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+foreach(dir autodiff optim amp models)
+  if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${dir})
+    install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec
+      FILES_MATCHING PATTERN "*.hpp" PATTERN "*_kernels.hpp" EXCLUDE)
+  endif()
+endforeach()
+install(FILES mixprec.hpp ${PROJECT_BINARY_DIR}/include/mixprec/version.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec)
+
+set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/mixprec)
+install(EXPORT mixprecTargets NAMESPACE mixprec:: DESTINATION ${config_dir})
+configure_package_config_file(cmake/mixprecConfig.cmake.in ${PROJECT_BINARY_DIR}/mixprecConfig.cmake
+  INSTALL_DESTINATION ${config_dir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/mixprecConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/mixprecConfig.cmake ${PROJECT_BINARY_DIR}/mixprecConfigVersion.cmake
+  DESTINATION ${config_dir})

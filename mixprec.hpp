@@ -1,0 +1,14 @@
+#pragma once
+/// mixprec: mixed-precision neural network training in C++. Include this one header.
+
+#include <mixprec/version.hpp>
+
+#include "autodiff/convert.hpp"
+#include "autodiff/dtype.hpp"
+#include "autodiff/errors.hpp"
+#include "autodiff/format.hpp"
+#include "autodiff/kernels_elementwise.hpp"
+#include "autodiff/matmul.hpp"
+#include "autodiff/shape.hpp"
+#include "autodiff/tensor.hpp"
+#include "autodiff/tensor_xt.hpp"
