@@ -3,4 +3,164 @@
 
 #include <mixprec/mixprec.hpp>
 
-BOOST_AUTO_TEST_CASE(placeholder_compiles) { BOOST_TEST(true); }
+#include <cmath>
+#include <random>
+
+using namespace mixprec::autodiff;
+
+namespace {
+
+const Dtype all_dtypes[] = {Dtype::float32, Dtype::float16, Dtype::bfloat16,
+                            Dtype::cbfloat16, Dtype::float8_e4m3, Dtype::float8_e5m2};
+
+/// Relative spacing of the format's values (2^-mantissa bits).
+double spacing(Dtype dtype) {
+    switch (dtype) {
+    case Dtype::float32: return 0x1p-23;
+    case Dtype::float16: return 0x1p-10;
+    case Dtype::bfloat16: return 0x1p-7;
+    case Dtype::cbfloat16: return 0x1p-9;
+    case Dtype::float8_e4m3: return 0x1p-3;
+    case Dtype::float8_e5m2: return 0x1p-2;
+    }
+    return 1;
+}
+
+/// Smallest subnormal: the absolute rounding step of results near zero.
+double smallest(Dtype dtype) {
+    switch (dtype) {
+    case Dtype::float32: return 0x1p-149;
+    case Dtype::float16: return 0x1p-24;
+    case Dtype::bfloat16: return 0x1p-133;
+    case Dtype::cbfloat16: return 0x1p-39;
+    case Dtype::float8_e4m3: return 0x1p-9;
+    case Dtype::float8_e5m2: return 0x1p-16;
+    }
+    return 1;
+}
+
+Tensor random_tensor(const Shape& shape, Dtype dtype, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<float> v(shape.elements());
+    for (auto& x : v) x = dist(gen);
+    return Tensor::from_floats(shape, v, dtype);
+}
+
+/// Element (i, j) of op(t) for batch b, where t is rank 2 (shared by every batch) or rank 3.
+double element(const Tensor& t, std::size_t b, std::size_t i, std::size_t j, bool transpose) {
+    if (transpose) std::swap(i, j);
+    return t.rank() == 3 ? t.at({b, i, j}) : t.at({i, j});
+}
+
+/// Checks c against a float64 product of the (already rounded) operands: the only errors allowed are
+/// float32 accumulation (k terms) and the one final rounding to the dtype.
+void check_product(const Tensor& a, const Tensor& b, const Tensor& c, MatmulOptions o) {
+    const bool batched = c.rank() == 3;
+    const std::size_t batches = batched ? c.shape()[0] : 1, m = c.shape().dim(-2), n = c.shape().dim(-1);
+    const std::size_t k = o.transpose_a ? a.shape().dim(-2) : a.shape().dim(-1);
+    std::size_t bad = 0;
+    for (std::size_t bi = 0; bi < batches; ++bi)
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) {
+                double exact = 0, magnitude = 0;
+                for (std::size_t p = 0; p < k; ++p) {
+                    const double term = element(a, bi, i, p, o.transpose_a) * element(b, bi, p, j, o.transpose_b);
+                    exact += term;
+                    magnitude += std::fabs(term);
+                }
+                const double got = batched ? c.at({bi, i, j}) : c.at({i, j});
+                const double tolerance =
+                    spacing(c.dtype()) * std::fabs(exact) + smallest(c.dtype()) + double(k) * 0x1p-22 * magnitude;
+                if (std::fabs(got - exact) > tolerance && ++bad <= 3)
+                    BOOST_TEST_MESSAGE("c[" << bi << "," << i << "," << j << "] = " << got << ", expected " << exact);
+            }
+    BOOST_TEST(bad == 0u, c.dtype() << " " << a.shape() << " @ " << b.shape() << ": " << bad << " elements off");
+}
+
+} // namespace
+
+// Small integers multiply exactly in every format: the result is exact and keeps the operands' dtype.
+BOOST_AUTO_TEST_CASE(exact_small_products) {
+    const std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{1, 0, -1, 2, 0.5f, 1};
+    for (Dtype dtype : all_dtypes) {
+        const Tensor c = matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype));
+        BOOST_TEST(c.dtype() == dtype);
+        BOOST_TEST(c.shape() == (Shape{2, 2}));
+        BOOST_TEST(c.at({0, 0}) == 0.5f);  // 1 - 2 + 1.5
+        BOOST_TEST(c.at({0, 1}) == 7.0f);  // 0 + 4 + 3
+        BOOST_TEST(c.at({1, 1}) == 16.0f); // 0 + 10 + 6
+    }
+}
+
+// Random products in every dtype, 2-D and batched, with and without transposes.
+BOOST_AUTO_TEST_CASE(random_products_match_float64) {
+    unsigned seed = 10;
+    for (Dtype dtype : all_dtypes)
+        for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+                const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+                const Tensor a = random_tensor(ta ? Shape{37, 23} : Shape{23, 37}, dtype, ++seed);
+                const Tensor b = random_tensor(tb ? Shape{19, 37} : Shape{37, 19}, dtype, ++seed);
+                check_product(a, b, matmul(a, b, o), o);
+                const Tensor a3 = random_tensor(ta ? Shape{3, 37, 23} : Shape{3, 23, 37}, dtype, ++seed);
+                const Tensor b3 = random_tensor(tb ? Shape{3, 19, 37} : Shape{3, 37, 19}, dtype, ++seed);
+                check_product(a3, b3, matmul(a3, b3, o), o);
+                check_product(a3, b, matmul(a3, b, o), o); // one b shared by every batch
+            }
+}
+
+// The two bfloat16 backends compute the same products (up to float32 summation order).
+BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
+    if (!has_avx512_bf16()) {
+        BOOST_TEST_MESSAGE("no AVX512-BF16 on this CPU: the onednn backend is not available");
+        BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}, Dtype::bfloat16), Tensor(Shape{2, 2}, Dtype::bfloat16),
+                                 {.backend = MatmulBackend::onednn}),
+                          std::invalid_argument);
+        return;
+    }
+    for (bool tb : {false, true}) {
+        const Tensor a = random_tensor(Shape{4, 64, 300}, Dtype::bfloat16, 1);
+        const Tensor b = random_tensor(tb ? Shape{4, 50, 300} : Shape{4, 300, 50}, Dtype::bfloat16, 2);
+        const MatmulOptions one{.transpose_b = tb, .backend = MatmulBackend::onednn};
+        const MatmulOptions two{.transpose_b = tb, .backend = MatmulBackend::sgemm};
+        const Tensor c1 = matmul(a, b, one), c2 = matmul(a, b, two);
+        check_product(a, b, c1, one);
+        check_product(a, b, c2, two);
+        std::size_t far = 0; // allow one bfloat16 step where the float32 sums straddle a rounding boundary
+        for (std::size_t i = 0; i < c1.size(); ++i)
+            far += std::fabs(c1.flat(i) - c2.flat(i)) > 0x1p-7 * std::fabs(c2.flat(i)) * 1.0001;
+        BOOST_TEST(far == 0u);
+    }
+    BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}), {.backend = MatmulBackend::onednn}),
+                      std::invalid_argument);
+}
+
+// Empty dimensions give empty or zero results, as in NumPy.
+BOOST_AUTO_TEST_CASE(empty_dimensions) {
+    const Tensor c = matmul(Tensor(Shape{3, 0}, Dtype::float16), Tensor(Shape{0, 2}, Dtype::float16));
+    BOOST_TEST(c.shape() == (Shape{3, 2}));
+    for (std::size_t i = 0; i < c.size(); ++i) BOOST_TEST(c.flat(i) == 0.0f);
+    BOOST_TEST(matmul(Tensor(Shape{0, 4}), Tensor(Shape{4, 2})).size() == 0u);
+}
+
+// Bad shapes and dtypes are refused with messages that name both operands.
+BOOST_AUTO_TEST_CASE(clear_errors) {
+    const auto message = [](auto f) -> std::string {
+        try {
+            f();
+        } catch (const std::exception& e) {
+            return e.what();
+        }
+        return "<no exception>";
+    };
+    auto msg = message([] { matmul(Tensor(Shape{2, 3}), Tensor(Shape{4, 5})); });
+    BOOST_TEST(msg.find("(2, 3)") != std::string::npos);
+    BOOST_TEST(msg.find("(4, 5)") != std::string::npos);
+    msg = message([] { matmul(Tensor(Shape{2, 3, 4}), Tensor(Shape{3, 4, 5})); });
+    BOOST_TEST(msg.find("batch") != std::string::npos);
+    msg = message([] { matmul(Tensor(Shape{2}), Tensor(Shape{2, 2})); });
+    BOOST_TEST(msg.find("rank") != std::string::npos);
+    BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}, Dtype::float16)), dtype_error);
+    BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2, 2})), shape_error);
+}
