@@ -78,11 +78,13 @@ template <class S>
     const std::int32_t e = std::int32_t(a >> 23);
     const std::int32_t target_exp = (e != 0 ? e : 1) - 127 + S::bias;
     const std::uint32_t significand = (a & 0x7fffffu) | (e != 0 ? 0x800000u : 0u);
-    const std::int32_t s = std::clamp(shift + 1 - target_exp, 1, 31);
+    const std::int32_t unclamped = shift + 1 - target_exp; // by value: std::clamp's references block vectorizing
+    const std::int32_t s = unclamped < 1 ? 1 : unclamped > 31 ? 31 : unclamped;
     const std::uint32_t q = significand >> s;
     const std::uint32_t rest = significand & ((1u << s) - 1);
     const std::uint32_t half = 1u << (s - 1);
-    const std::uint32_t subnormal = q + ((rest > half) | ((rest == half) & q & 1u));
+    const std::uint32_t round_up = rest > half ? 1u : rest == half ? q & 1u : 0u; // uint32 only: vectorizes
+    const std::uint32_t subnormal = q + round_up;
 
     std::uint32_t r = target_exp >= 1 ? normal : subnormal;
     const std::uint32_t overflow = saturate ? S::max_code : S::has_inf ? S::inf_code : S::nan_code;
@@ -107,12 +109,13 @@ template <class S>
     const std::uint32_t normal_bits = (mag << shift) + (std::uint32_t(127 - S::bias) << 23);
     std::uint32_t subnormal_bits = mag << shift; // exact for bias 127: float32 subnormals
     if constexpr (S::bias != 127) {
-        // m * 2^(1 - bias - man_bits): both factors and the product are normal float32 values, so this
-        // is exact and unaffected by flush-to-zero or denormals-are-zero modes.
-        constexpr float unit = std::bit_cast<float>(std::uint32_t(127 + 1 - S::bias - S::man_bits) << 23);
-        subnormal_bits = std::bit_cast<std::uint32_t>(static_cast<float>(m) * unit);
+        // m * 2^(1 - bias - man_bits), a normal float32: convert m exactly, then lower its exponent field
+        // with an integer add. No float arithmetic, so no rounding mode, flush-to-zero or trap applies.
+        constexpr std::uint32_t lower = std::uint32_t(S::bias + S::man_bits - 1) << 23;
+        subnormal_bits = m == 0 ? 0u : std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(m))) - lower;
     }
-    const std::uint32_t out = special ? special_bits : (mag & S::exp_mask) == 0 ? subnormal_bits : normal_bits;
+    std::uint32_t out = (mag & S::exp_mask) == 0 ? subnormal_bits : normal_bits; // plain selects: vectorizes
+    out = special ? special_bits : out;
     return std::bit_cast<float>(sign | out);
 }
 

@@ -18,3 +18,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
 # (GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512 intrinsic headers.)
   target_compile_definitions(mixprec PRIVATE MIXPREC_X86_KERNELS)
 endif()
+# The conversion loops are exact integer code plus exact int->float steps; telling GCC that no float
+# operation traps lets it turn their selects into vector blends instead of branches.
+set_property(SOURCE autodiff/convert.cpp autodiff/convert_avx2.cpp autodiff/convert_avx512.cpp
+  APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
