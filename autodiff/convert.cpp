@@ -93,6 +93,7 @@ bool has_avx512_bf16() {
 
 void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
     check_count(src, dst, n);
+    if (n == 0) return;
     const auto& k = kernels_for(simd_path());
     const auto i = static_cast<std::size_t>(to);
     (overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i])(src, dst, n);
@@ -100,6 +101,7 @@ void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overf
 
 void widen(const void* src, Dtype from, float* dst, std::size_t n) {
     check_count(src, dst, n);
+    if (n == 0) return;
     kernels_for(simd_path()).widen[static_cast<std::size_t>(from)](src, dst, n);
 }
 

@@ -11,7 +11,7 @@
 ///
 /// cbfloat16: Cerebras publishes CB16 as 1 sign, 6 exponent and 9 mantissa bits. mixprec reads it
 /// IEEE-style: bias 2^5 - 1 = 31, subnormals when the exponent field is 0, and the all-ones exponent
-/// reserved for infinity (mantissa 0) and NaN (mantissa not 0). Largest finite = (2 - 2^-9) * 2^32.
+/// reserved for infinity (mantissa 0) and NaN (mantissa not 0). Largest finite = (2 - 2^-9) * 2^31.
 ///
 /// float8_e4m3 is OCP's E4M3 ("fn" in some libraries): no infinity, S.1111.111 is the only NaN, and the
 /// all-ones exponent with any other mantissa is an ordinary number (so the largest finite is 448).

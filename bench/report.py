@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Markdown tables from the JSON output of bench_convert and bench_matmul (Python 3 stdlib only).
+
+    report.py bench_convert.json bench_matmul.json
+
+Every repetition in the JSON is one sample. For each benchmark the table shows the median rate over its
+repetitions and the best (highest) one; each is divided by the median / best rate of its peer of the same
+size or shape from the same file: memcpy for conversions, cblas_sgemm for matmul.
+
+Floors checked (on the ratio of medians):
+  conversions (best SIMD path)       >= 0.9 x copy
+  matmul float32, float16            >= 0.9 x sgemm
+  matmul bfloat16 (automatic)        >= 1.5 x sgemm   where the CPU has AVX512-BF16, else >= 0.9 x
+Rows without a floor (portable conversion path, bfloat16 with a forced backend) are for reference.
+"""
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+CONVERT_FLOOR = 0.9
+MATMUL_FLOOR = 0.9
+BF16_FLOOR = 1.5
+
+
+def base_name(run_name):
+    """'narrow/float16/avx512/65536/min_time:0.100/repeats:7/real_time' -> ['narrow','float16','avx512','65536']"""
+    return [p for p in run_name.split("/") if ":" not in p and p != "real_time"]
+
+
+def load(path):
+    with open(path) as f:
+        doc = json.load(f)
+    samples = defaultdict(list)
+    for run in doc["benchmarks"]:
+        if run.get("run_type", "iteration") != "iteration" or run.get("error_occurred"):
+            continue
+        samples[tuple(base_name(run.get("run_name", run["name"])))].append(run)
+    return doc.get("context", {}), samples
+
+
+def summary(runs, key):
+    values = [r[key] for r in runs]
+    return statistics.median(values), max(values)
+
+
+def fmt_ratio(x):
+    return f"{x:.3f}"
+
+
+def verdict(ratio, floor):
+    if floor is None:
+        return "(reference)"
+    return "ok" if ratio >= floor else f"**below {floor}x**"
+
+
+def print_context(path, ctx):
+    keys = ["date", "host_name", "num_cpus", "mhz_per_cpu", "load_avg", "library_build_type"]
+    keys += sorted(k for k in ctx if k.startswith("mixprec_"))
+    parts = [f"{k}={ctx[k]}" for k in keys if k in ctx]
+    print(f"<!-- {path}: " + ", ".join(str(p) for p in parts) + " -->")
+
+
+def convert_table(samples):
+    copies = {}
+    for key, runs in samples.items():
+        if key[0] == "copy":
+            copies[int(key[2])] = summary(runs, "bytes_per_second")
+    rows = []
+    for key, runs in samples.items():
+        if key[0] not in ("narrow", "widen"):
+            continue
+        op, dtype, path, n = key[0], key[1], key[2], int(key[3])
+        med, best = summary(runs, "bytes_per_second")
+        cmed, cbest = copies.get(n, (float("nan"), float("nan")))
+        rows.append((n, op, dtype, path, med, cmed, med / cmed, best, cbest, best / cbest))
+    order = {"float16": 0, "bfloat16": 1, "cbfloat16": 2, "float8_e4m3": 3, "float8_e5m2": 4}
+    rows.sort(key=lambda r: (-r[0], r[3] == "portable", order.get(r[2], 9), r[1]))
+
+    print("| op | format | path | elements | GB/s | copy GB/s | ratio_vs_copy | best GB/s | best copy GB/s | best ratio | floor 0.9x |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    below = []
+    for n, op, dtype, path, med, cmed, ratio, best, cbest, bratio in rows:
+        floor = None if path == "portable" else CONVERT_FLOOR
+        v = verdict(ratio, floor)
+        if floor is not None and ratio < floor:
+            below.append(f"{op} {dtype} ({path}, {n} elements): {ratio:.2f}x copy")
+        print(f"| {op} | {dtype} | {path} | {n} | {med / 1e9:.1f} | {cmed / 1e9:.1f} | {fmt_ratio(ratio)} | "
+              f"{best / 1e9:.1f} | {cbest / 1e9:.1f} | {fmt_ratio(bratio)} | {v} |")
+    return below
+
+
+def shape_key(shape):
+    m, k, n = (int(x) for x in shape.split("x"))
+    return (-(m * k * n),)
+
+
+def matmul_table(samples, ctx):
+    bf16_hw = ctx.get("mixprec_avx512_bf16", "no") == "yes"
+    by_shape = defaultdict(dict)
+    for key, runs in samples.items():
+        if key[0] == "sgemm":
+            variant, shape = "sgemm", key[2]
+        elif key[0] == "matmul" and key[1] == "bfloat16":
+            variant, shape = f"bfloat16/{key[2]}", key[3]
+        elif key[0] == "matmul":
+            variant, shape = key[1], key[2]
+        else:
+            continue
+        by_shape[shape][variant] = summary(runs, "GFLOPS")
+
+    variants = ["float32", "float16", "bfloat16/automatic", "bfloat16/sgemm", "bfloat16/onednn"]
+    floors = {"float32": MATMUL_FLOOR, "float16": MATMUL_FLOOR,
+              "bfloat16/automatic": BF16_FLOOR if bf16_hw else MATMUL_FLOOR}
+    print("| shape MxKxN | matmul | GFLOP/s | sgemm GFLOP/s | ratio vs sgemm | best GFLOP/s | best sgemm | best ratio | floor |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    below = []
+    shapes = sorted(by_shape, key=shape_key)
+    for shape in shapes:
+        peers = by_shape[shape]
+        if "sgemm" not in peers:
+            continue
+        smed, sbest = peers["sgemm"]
+        for v in variants:
+            if v not in peers:
+                continue
+            med, best = peers[v]
+            floor = floors.get(v)
+            ratio = med / smed
+            if floor is not None and ratio < floor:
+                below.append(f"matmul {v} {shape}: {ratio:.2f}x sgemm (floor {floor}x)")
+            print(f"| {shape} | {v} | {med:.1f} | {smed:.1f} | {fmt_ratio(ratio)} | {best:.1f} | {sbest:.1f} | "
+                  f"{fmt_ratio(best / sbest)} | {verdict(ratio, floor)} |")
+
+    if any("bfloat16/onednn" in by_shape[s] and "bfloat16/sgemm" in by_shape[s] for s in shapes):
+        print()
+        print("bfloat16, oneDNN backend against the sgemm backend (widen + OpenBLAS + narrow), same run:")
+        print()
+        print("| shape MxKxN | onednn GFLOP/s | sgemm-backend GFLOP/s | ratio | best ratio |")
+        print("|---|---:|---:|---:|---:|")
+        for shape in shapes:
+            p = by_shape[shape]
+            if "bfloat16/onednn" in p and "bfloat16/sgemm" in p:
+                (om, ob), (sm, sb) = p["bfloat16/onednn"], p["bfloat16/sgemm"]
+                print(f"| {shape} | {om:.1f} | {sm:.1f} | {fmt_ratio(om / sm)} | {fmt_ratio(ob / sb)} |")
+    return below
+
+
+def main(paths):
+    below = []
+    for path in paths:
+        ctx, samples = load(path)
+        print_context(path, ctx)
+        kinds = {k[0] for k in samples}
+        if "copy" in kinds:
+            print("\n### Conversions (GB/s = 1e9 bytes read + written per second)\n")
+            below += convert_table(samples)
+        if "sgemm" in kinds:
+            print("\n### Matmul (GFLOP/s = 2*M*N*K / time)\n")
+            below += matmul_table(samples, ctx)
+        print()
+    print("### Below floor (ratio of medians)\n")
+    for b in below or ["none"]:
+        print(f"- {b}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
