@@ -32,6 +32,52 @@ void widen_f16(const void* src, float* dst, std::size_t n) {
     }
 }
 
+/// Applies a 16-lane kernel to n elements: full blocks, then one masked block for the tail.
+template <class In, class Out, class Load, class Kernel, class Store>
+void blocks_of_16(const In* in, Out* out, std::size_t n, Load load, Kernel kernel, Store store) {
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) store(out + i, kernel(load(in + i, __mmask16(0xffff))), __mmask16(0xffff));
+    if (i < n) store(out + i, kernel(load(in + i, tail_mask(n - i))), tail_mask(n - i));
+}
+
+const auto load_u16 = [](const std::uint16_t* p, __mmask16 m) { return _mm256_maskz_loadu_epi16(m, p); };
+const auto load_u8 = [](const std::uint8_t* p, __mmask16 m) { return _mm_maskz_loadu_epi8(m, p); };
+const auto store_f32 = [](float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); };
+
+/// bfloat16 -> float32 is a 16-bit shift; NaNs get the quiet bit, as decode<bfloat16> gives them.
+__m512 bf16_to_f32(__m256i h) {
+    const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x00400000)));
+}
+
+/// float8_e5m2 is the top byte of a float16, so vcvtph2ps widens it exactly (NaNs quieted, as decode does).
+__m512 e5m2_to_f32(__m128i b) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8)); }
+
+/// float8_e4m3 magnitudes placed in a float16 (exponent field 0..15, mantissa << 7) are exactly 2^-8 of
+/// their value, subnormals included, so widening that float16 and multiplying by 256 (exact: all normal
+/// floats) gives the value. S.1111.111 is the format's NaN.
+__m512 e4m3_to_f32(__m128i b) {
+    const __m256i h = _mm256_cvtepu8_epi16(b);
+    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
+    const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(mag, 7)), _mm512_set1_ps(256.0f));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x80)), 24);
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f));
+    const __m512i bits = _mm512_mask_mov_epi32(_mm512_castps_si512(v), nan, _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+}
+
+void widen_bf16(const void* src, float* dst, std::size_t n) {
+    blocks_of_16(static_cast<const std::uint16_t*>(src), dst, n, load_u16, bf16_to_f32, store_f32);
+}
+void widen_e5m2(const void* src, float* dst, std::size_t n) {
+    blocks_of_16(static_cast<const std::uint8_t*>(src), dst, n, load_u8, e5m2_to_f32, store_f32);
+}
+void widen_e4m3(const void* src, float* dst, std::size_t n) {
+    blocks_of_16(static_cast<const std::uint8_t*>(src), dst, n, load_u8, e4m3_to_f32, store_f32);
+}
+
 /// vcvtneps2bf16 rounds like encode<bfloat16> except that it flushes float32 subnormal inputs to zero.
 /// Lanes holding a subnormal are redone with integer rounding: (a + 0x7fff + lsb) >> 16.
 [[gnu::target("avx512bf16")]] __m256i bf16_from(__m512 v) {
@@ -67,6 +113,9 @@ const convert_kernels& avx512_kernels() {
         convert_kernels k = generic_kernels();
         k.narrow[static_cast<int>(Dtype::float16)] = narrow_f16;
         k.widen[static_cast<int>(Dtype::float16)] = widen_f16;
+        k.widen[static_cast<int>(Dtype::bfloat16)] = widen_bf16;
+        k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3;
+        k.widen[static_cast<int>(Dtype::float8_e5m2)] = widen_e5m2;
         if (__builtin_cpu_supports("avx512bf16")) k.narrow[static_cast<int>(Dtype::bfloat16)] = narrow_bf16;
         return k;
     }();

@@ -49,7 +49,7 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, float
     if (it == plans.end()) it = plans.emplace(key, make_plan(s)).first;
     const matmul_plan& p = it->second;
 
-    dnnl::stream stream(engine());
+    thread_local dnnl::stream stream(engine());
     dnnl::memory ma(p.a, engine(), const_cast<void*>(a)), mb(p.b, engine(), const_cast<void*>(b)), mc(p.c, engine(), c);
     p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     stream.wait();
