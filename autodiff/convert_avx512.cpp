@@ -78,6 +78,50 @@ void widen_e4m3(const void* src, float* dst, std::size_t n) {
     blocks_of_16(static_cast<const std::uint8_t*>(src), dst, n, load_u8, e4m3_to_f32, store_f32);
 }
 
+/// float32 -> format S, 16 lanes, the bits of encode<S>. Normal results round with integer adds, as in
+/// encode; subnormal results come from one float add, |x| + 2^k, whose ulp is the format's smallest
+/// subnormal: the add rounds to nearest even (embedded rounding, whatever MXCSR says) and the sum's low
+/// bits are the subnormal code. Overflow is one unsigned min, because every overflowing code is larger
+/// than the code it becomes (infinity, NaN for e4m3, or the largest finite when saturating).
+template <class S, bool Saturate>
+__m512i encode_16(__m512 v) {
+    constexpr int shift = 23 - S::man_bits;
+    constexpr std::uint32_t round_and_rebias = ((1u << (shift - 1)) - 1) - (std::uint32_t(127 - S::bias) << 23);
+    constexpr std::uint32_t min_normal = std::uint32_t(128 - S::bias) << 23;              // float bits of 2^(1-bias)
+    constexpr std::uint32_t magic = std::uint32_t(127 + 1 - S::bias - S::man_bits + 23) << 23; // ulp = 2^(1-bias-M)
+    constexpr std::uint32_t overflow = Saturate ? S::max_code : S::max_code + 1;           // inf, or e4m3's NaN
+    const __m512i x = _mm512_castps_si512(v);
+    const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(1));
+    const __m512i normal =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(int(round_and_rebias))), lsb), shift);
+    const __m512 sum = _mm512_add_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(_mm512_set1_epi32(int(magic))),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i subnormal = _mm512_sub_epi32(_mm512_castps_si512(sum), _mm512_set1_epi32(int(magic)));
+    __m512i r = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(int(min_normal))), normal, subnormal);
+    r = _mm512_min_epu32(r, _mm512_set1_epi32(int(overflow)));
+    const __m512i nan = S::has_inf ? _mm512_or_si512(_mm512_set1_epi32(int(S::nan_code)),
+                                                     _mm512_and_si512(_mm512_srli_epi32(a, shift),
+                                                                      _mm512_set1_epi32(int(S::man_mask))))
+                                   : _mm512_set1_epi32(int(S::nan_code));
+    r = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), r, nan);
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 32 - S::width), _mm512_set1_epi32(int(S::sign_mask)));
+    return _mm512_or_si512(r, sign);
+}
+
+const auto load_f32 = [](const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); };
+const auto store_u16 = [](std::uint16_t* p, __m512i v, __mmask16 m) { _mm512_mask_cvtepi32_storeu_epi16(p, m, v); };
+const auto store_u8 = [](std::uint8_t* p, __m512i v, __mmask16 m) { _mm512_mask_cvtepi32_storeu_epi8(p, m, v); };
+
+template <class F, bool Saturate>
+void narrow_16(const float* src, void* dst, std::size_t n) {
+    auto* out = static_cast<typename F::storage*>(dst);
+    if constexpr (sizeof(typename F::storage) == 2)
+        blocks_of_16(src, out, n, load_f32, encode_16<typename F::spec, Saturate>, store_u16);
+    else
+        blocks_of_16(src, out, n, load_f32, encode_16<typename F::spec, Saturate>, store_u8);
+}
+
 /// vcvtneps2bf16 rounds like encode<bfloat16> except that it flushes float32 subnormal inputs to zero.
 /// Lanes holding a subnormal are redone with integer rounding: (a + 0x7fff + lsb) >> 16.
 [[gnu::target("avx512bf16")]] __m256i bf16_from(__m512 v) {
@@ -114,6 +158,12 @@ const convert_kernels& avx512_kernels() {
         k.narrow[static_cast<int>(Dtype::float16)] = narrow_f16;
         k.widen[static_cast<int>(Dtype::float16)] = widen_f16;
         k.widen[static_cast<int>(Dtype::bfloat16)] = widen_bf16;
+        k.narrow[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, false>;
+        k.narrow[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, false>;
+        k.narrow[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, false>;
+        k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, true>;
+        k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, true>;
+        k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, true>;
         k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3;
         k.widen[static_cast<int>(Dtype::float8_e5m2)] = widen_e5m2;
         if (__builtin_cpu_supports("avx512bf16")) k.narrow[static_cast<int>(Dtype::bfloat16)] = narrow_bf16;
