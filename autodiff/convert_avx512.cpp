@@ -4,6 +4,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace mixprec::autodiff::detail {
 namespace {
 
@@ -42,7 +44,12 @@ void blocks_of_16(const In* in, Out* out, std::size_t n, Load load, Kernel kerne
 
 const auto load_u16 = [](const std::uint16_t* p, __mmask16 m) { return _mm256_maskz_loadu_epi16(m, p); };
 const auto load_u8 = [](const std::uint8_t* p, __mmask16 m) { return _mm_maskz_loadu_epi8(m, p); };
-const auto store_f32 = [](float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); };
+// Stores take the lane mask; full blocks pass all ones, which folds to a plain store (masked stores of
+// whole vectors are markedly slower on some CPUs).
+const auto store_f32 = [](float* p, __m512 v, __mmask16 m) {
+    if (m == 0xffff) _mm512_storeu_ps(p, v);
+    else _mm512_mask_storeu_ps(p, m, v);
+};
 
 /// bfloat16 -> float32 is a 16-bit shift; NaNs get the quiet bit, as decode<bfloat16> gives them.
 __m512 bf16_to_f32(__m256i h) {
@@ -55,17 +62,63 @@ __m512 bf16_to_f32(__m256i h) {
 /// float8_e5m2 is the top byte of a float16, so vcvtph2ps widens it exactly (NaNs quieted, as decode does).
 __m512 e5m2_to_f32(__m128i b) { return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8)); }
 
-/// float8_e4m3 magnitudes placed in a float16 (exponent field 0..15, mantissa << 7) are exactly 2^-8 of
-/// their value, subnormals included, so widening that float16 and multiplying by 256 (exact: all normal
-/// floats) gives the value. S.1111.111 is the format's NaN.
-__m512 e4m3_to_f32(__m128i b) {
-    const __m256i h = _mm256_cvtepu8_epi16(b);
-    const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
-    const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(mag, 7)), _mm512_set1_ps(256.0f));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x80)), 24);
-    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f));
-    const __m512i bits = _mm512_mask_mov_epi32(_mm512_castps_si512(v), nan, _mm512_set1_epi32(0x7fc00000));
-    return _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+/// cbfloat16 -> float32: re-bias the exponent of normals with an integer add; subnormals m * 2^-39 are
+/// float(m) with its exponent field lowered by 39 (exact, no float arithmetic); all-ones exponent is
+/// infinity or a NaN that gets the quiet bit, as decode<cbfloat16> gives them.
+__m512 cbf16_to_f32(__m256i h) {
+    using S = cbfloat16::spec;
+    const __m512i b = _mm512_cvtepu16_epi32(h);
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7fff));
+    const __m512i m = _mm512_and_si512(b, _mm512_set1_epi32(int(S::man_mask)));
+    const __mmask16 nonzero_m = _mm512_test_epi32_mask(m, m);
+    const __m512i shifted = _mm512_slli_epi32(mag, 23 - S::man_bits);
+    __m512i r = _mm512_add_epi32(shifted, _mm512_set1_epi32((127 - S::bias) << 23));
+    const __m512i sub = _mm512_maskz_sub_epi32(nonzero_m, _mm512_castps_si512(_mm512_cvtepi32_ps(m)),
+                                               _mm512_set1_epi32((S::bias + S::man_bits - 1) << 23));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(1 << S::man_bits)), sub);
+    const __mmask16 special = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(int(S::exp_mask)));
+    const __m512i inf_nan = _mm512_or_si512(_mm512_set1_epi32(0x7f800000), _mm512_and_si512(shifted, _mm512_set1_epi32(0x7fffff)));
+    r = _mm512_mask_mov_epi32(r, special, _mm512_mask_or_epi32(inf_nan, nonzero_m, inf_nan, _mm512_set1_epi32(0x400000)));
+    return _mm512_castsi512_ps(_mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x8000)), 16)));
+}
+
+/// Every float8_e4m3 value is a float16 value, so widening goes through a 128-entry table of float16
+/// bits (two vpermt2w lookups of 64 entries, 32 lanes each) and vcvtph2ps. The NaN entry is float16's
+/// quiet NaN, which vcvtph2ps widens to float32's.
+struct e4m3_table {
+    alignas(64) std::uint16_t bits[128];
+    e4m3_table() {
+        for (int i = 0; i < 128; ++i)
+            bits[i] = float16(float(float8_e4m3::from_bits(static_cast<std::uint8_t>(i)))).bits();
+    }
+};
+
+void widen_e4m3(const void* src, float* dst, std::size_t n) {
+    static const e4m3_table table;
+    const __m512i t0 = _mm512_load_si512(table.bits), t1 = _mm512_load_si512(table.bits + 32);
+    const __m512i t2 = _mm512_load_si512(table.bits + 64), t3 = _mm512_load_si512(table.bits + 96);
+    const auto* in = static_cast<const std::uint8_t*>(src);
+    for (std::size_t i = 0; i < n; i += 32) {
+        const std::size_t left = std::min<std::size_t>(32, n - i);
+        const __mmask32 m = left == 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1;
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, in + i));
+        const __m512i low = _mm512_permutex2var_epi16(t0, b, t1);  // entries 0..63 (index bits 0..5)
+        const __m512i high = _mm512_permutex2var_epi16(t2, b, t3); // entries 64..127
+        __m512i h = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(b, _mm512_set1_epi16(0x40)), low, high);
+        h = _mm512_or_si512(h, _mm512_and_si512(_mm512_slli_epi16(b, 8), _mm512_set1_epi16(int16_t(0x8000))));
+        const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h)), hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+        if (left == 32) {
+            _mm512_storeu_ps(dst + i, lo);
+            _mm512_storeu_ps(dst + i + 16, hi);
+        } else {
+            _mm512_mask_storeu_ps(dst + i, __mmask16(m), lo);
+            _mm512_mask_storeu_ps(dst + i + 16, __mmask16(m >> 16), hi);
+        }
+    }
+}
+
+void widen_cbf16(const void* src, float* dst, std::size_t n) {
+    blocks_of_16(static_cast<const std::uint16_t*>(src), dst, n, load_u16, cbf16_to_f32, store_f32);
 }
 
 void widen_bf16(const void* src, float* dst, std::size_t n) {
@@ -73,9 +126,6 @@ void widen_bf16(const void* src, float* dst, std::size_t n) {
 }
 void widen_e5m2(const void* src, float* dst, std::size_t n) {
     blocks_of_16(static_cast<const std::uint8_t*>(src), dst, n, load_u8, e5m2_to_f32, store_f32);
-}
-void widen_e4m3(const void* src, float* dst, std::size_t n) {
-    blocks_of_16(static_cast<const std::uint8_t*>(src), dst, n, load_u8, e4m3_to_f32, store_f32);
 }
 
 /// float32 -> format S, 16 lanes, the bits of encode<S>. Normal results round with integer adds, as in
@@ -110,8 +160,14 @@ __m512i encode_16(__m512 v) {
 }
 
 const auto load_f32 = [](const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); };
-const auto store_u16 = [](std::uint16_t* p, __m512i v, __mmask16 m) { _mm512_mask_cvtepi32_storeu_epi16(p, m, v); };
-const auto store_u8 = [](std::uint8_t* p, __m512i v, __mmask16 m) { _mm512_mask_cvtepi32_storeu_epi8(p, m, v); };
+const auto store_u16 = [](std::uint16_t* p, __m512i v, __mmask16 m) {
+    if (m == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v));
+    else _mm512_mask_cvtepi32_storeu_epi16(p, m, v);
+};
+const auto store_u8 = [](std::uint8_t* p, __m512i v, __mmask16 m) {
+    if (m == 0xffff) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v));
+    else _mm512_mask_cvtepi32_storeu_epi8(p, m, v);
+};
 
 template <class F, bool Saturate>
 void narrow_16(const float* src, void* dst, std::size_t n) {
@@ -126,12 +182,9 @@ void narrow_16(const float* src, void* dst, std::size_t n) {
 /// Lanes holding a subnormal are redone with integer rounding: (a + 0x7fff + lsb) >> 16.
 [[gnu::target("avx512bf16")]] __m256i bf16_from(__m512 v) {
     __m256i r = (__m256i)_mm512_cvtneps_pbh(v);
-    const __m512i x = _mm512_castps_si512(v);
-    const __m512i exp = _mm512_and_si512(x, _mm512_set1_epi32(0x7f800000));
-    const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 sub = _mm512_cmpeq_epi32_mask(exp, _mm512_setzero_si512()) &
-                          _mm512_cmpneq_epi32_mask(mag, _mm512_setzero_si512());
+    const __mmask16 sub = _mm512_fpclass_ps_mask(v, 0x20); // 0x20: denormal
     if (sub != 0) [[unlikely]] {
+        const __m512i x = _mm512_castps_si512(v);
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
         const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
         r = _mm256_mask_blend_epi16(sub, r, _mm512_cvtepi32_epi16(rounded));
@@ -164,6 +217,7 @@ const convert_kernels& avx512_kernels() {
         k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, true>;
         k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, true>;
         k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, true>;
+        k.widen[static_cast<int>(Dtype::cbfloat16)] = widen_cbf16;
         k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3;
         k.widen[static_cast<int>(Dtype::float8_e5m2)] = widen_e5m2;
         if (__builtin_cpu_supports("avx512bf16")) k.narrow[static_cast<int>(Dtype::bfloat16)] = narrow_bf16;

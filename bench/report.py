@@ -8,7 +8,7 @@ repetitions and the best (highest) one; each is divided by the median / best rat
 size or shape from the same file: memcpy for conversions, cblas_sgemm for matmul.
 
 Floors checked (on the ratio of medians):
-  conversions (best SIMD path)       >= 0.9 x copy
+  conversions (best SIMD path)       >= 0.9 x copy, in time for the same array (element rates)
   matmul float32, float16            >= 0.9 x sgemm
   matmul bfloat16 (automatic)        >= 1.5 x sgemm   where the CPU has AVX512-BF16, else >= 0.9 x
 Rows without a floor (portable conversion path, bfloat16 with a forced backend) are for reference.
@@ -62,7 +62,13 @@ def print_context(path, ctx):
     print(f"<!-- {path}: " + ", ".join(str(p) for p in parts) + " -->")
 
 
+BYTES_PER_ELEMENT = {"float32": 4, "float16": 2, "bfloat16": 2, "cbfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
+
+
 def convert_table(samples):
+    """Floor on the time ratio: copying the float32 array vs converting it (element rates). The bytes
+    ratio (read + written per second) is shown too; it caps widening near 0.75 wherever stores bound
+    both, since a widen writes as much as the copy but reads less."""
     copies = {}
     for key, runs in samples.items():
         if key[0] == "copy":
@@ -72,22 +78,26 @@ def convert_table(samples):
         if key[0] not in ("narrow", "widen"):
             continue
         op, dtype, path, n = key[0], key[1], key[2], int(key[3])
+        per_element = 4 + BYTES_PER_ELEMENT[dtype]
         med, best = summary(runs, "bytes_per_second")
         cmed, cbest = copies.get(n, (float("nan"), float("nan")))
-        rows.append((n, op, dtype, path, med, cmed, med / cmed, best, cbest, best / cbest))
+        rate, copy_rate = med / per_element, cmed / 8
+        rows.append((n, op, dtype, path, rate, copy_rate, rate / copy_rate, (best / per_element) / (cbest / 8),
+                     med, cmed, med / cmed))
     order = {"float16": 0, "bfloat16": 1, "cbfloat16": 2, "float8_e4m3": 3, "float8_e5m2": 4}
     rows.sort(key=lambda r: (-r[0], r[3] == "portable", order.get(r[2], 9), r[1]))
 
-    print("| op | format | path | elements | GB/s | copy GB/s | ratio_vs_copy | best GB/s | best copy GB/s | best ratio | floor 0.9x |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| op | format | path | elements | Gelem/s | copy Gelem/s | time ratio | best time ratio | "
+          "GB/s moved | copy GB/s | bytes ratio | floor 0.9x (time) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     below = []
-    for n, op, dtype, path, med, cmed, ratio, best, cbest, bratio in rows:
+    for n, op, dtype, path, rate, crate, ratio, bratio, med, cmed, bytes_ratio in rows:
         floor = None if path == "portable" else CONVERT_FLOOR
         v = verdict(ratio, floor)
         if floor is not None and ratio < floor:
             below.append(f"{op} {dtype} ({path}, {n} elements): {ratio:.2f}x copy")
-        print(f"| {op} | {dtype} | {path} | {n} | {med / 1e9:.1f} | {cmed / 1e9:.1f} | {fmt_ratio(ratio)} | "
-              f"{best / 1e9:.1f} | {cbest / 1e9:.1f} | {fmt_ratio(bratio)} | {v} |")
+        print(f"| {op} | {dtype} | {path} | {n} | {rate / 1e9:.2f} | {crate / 1e9:.2f} | {fmt_ratio(ratio)} | "
+              f"{fmt_ratio(bratio)} | {med / 1e9:.1f} | {cmed / 1e9:.1f} | {fmt_ratio(bytes_ratio)} | {v} |")
     return below
 
 
