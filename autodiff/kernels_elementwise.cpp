@@ -1,7 +1,8 @@
 #include "kernels_elementwise.hpp"
 
-#include "convert.hpp"
+#include "kernels_map.hpp"
 #include "tensor_xt.hpp"
+
 
 #include <array>
 #include <cmath>
@@ -9,25 +10,10 @@
 namespace mixprec::autodiff::kernels {
 namespace {
 
-constexpr std::size_t block = 2048; // floats per chunk: a few KiB, stays in L1
-
-const std::byte* bytes(const Tensor& t, std::size_t element) {
-    return static_cast<const std::byte*>(t.raw()) + element * size_of(t.dtype());
-}
-std::byte* bytes(Tensor& t, std::size_t element) { return static_cast<std::byte*>(t.raw()) + element * size_of(t.dtype()); }
-
 /// out[i] = f(x[i]), chunk by chunk: widen, compute in float32, round once.
 template <class F>
 Tensor unary(const Tensor& x, F f) {
-    Tensor out(x.shape(), x.dtype());
-    std::array<float, block> buf;
-    for (std::size_t i = 0; i < x.size(); i += block) {
-        const std::size_t n = std::min(block, x.size() - i);
-        widen(bytes(x, i), x.dtype(), buf.data(), n);
-        for (std::size_t j = 0; j < n; ++j) buf[j] = f(buf[j]);
-        narrow(buf.data(), bytes(out, i), n, out.dtype());
-    }
-    return out;
+    return detail::map(x, f);
 }
 
 template <class F>
@@ -39,16 +25,7 @@ Tensor binary(const Tensor& a, const Tensor& b, F f, const char* name) {
             [f](float u, float v) { return f(u, v); }, to_xarray(a), to_xarray(b));
         return from_xarray(result, a.dtype());
     }
-    Tensor out(a.shape(), a.dtype());
-    std::array<float, block> u, v;
-    for (std::size_t i = 0; i < a.size(); i += block) {
-        const std::size_t n = std::min(block, a.size() - i);
-        widen(bytes(a, i), a.dtype(), u.data(), n);
-        widen(bytes(b, i), b.dtype(), v.data(), n);
-        for (std::size_t j = 0; j < n; ++j) u[j] = f(u[j], v[j]);
-        narrow(u.data(), bytes(out, i), n, out.dtype());
-    }
-    return out;
+    return detail::zip(a, b, a.dtype(), f);
 }
 
 float nan_max(float u, float v) { return std::isnan(u) || std::isnan(v) ? u + v : std::max(u, v); }
@@ -62,6 +39,34 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary(a, b, std::multipli
 Tensor div(const Tensor& a, const Tensor& b) { return binary(a, b, std::divides<float>{}, "div"); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(a, b, nan_max, "maximum"); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(a, b, nan_min, "minimum"); }
+
+Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+    if (x.shape() == shape) return x;
+    if (shape.rank() > x.rank() || broadcast_shapes(x.shape(), shape) != x.shape())
+        throw shape_error("sum_to_shape: " + x.shape().to_string() + " does not broadcast from " + shape.to_string());
+    // Walk x in row-major order, keeping the offset of the output element it adds into; axes that
+    // `shape` broadcasts along have output stride 0.
+    const std::size_t rank = x.rank(), lead = rank - shape.rank();
+    std::vector<std::size_t> stride(rank, 0), index(rank, 0);
+    for (std::size_t i = rank, s = 1; i-- > lead;) {
+        const std::size_t d = shape[i - lead];
+        stride[i] = d == 1 ? 0 : s;
+        s *= d;
+    }
+    const std::vector<float> v = x.to_floats();
+    std::vector<float> sum(shape.elements(), 0.0f);
+    std::size_t out = 0;
+    for (float value : v) {
+        sum[out] += value;
+        for (std::size_t a = rank; a-- > 0;) { // next index, last axis fastest
+            out += stride[a];
+            if (++index[a] < x.shape()[a]) break;
+            out -= stride[a] * index[a];
+            index[a] = 0;
+        }
+    }
+    return Tensor::from_floats(shape, sum, x.dtype());
+}
 
 Tensor scale(const Tensor& x, float factor) {
     return unary(x, [factor](float v) { return v * factor; });

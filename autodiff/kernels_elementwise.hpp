@@ -14,6 +14,10 @@ Tensor div(const Tensor& a, const Tensor& b);     ///< a / b
 Tensor maximum(const Tensor& a, const Tensor& b); ///< max(a, b); NaN if either is NaN
 Tensor minimum(const Tensor& a, const Tensor& b); ///< min(a, b); NaN if either is NaN
 
+/// Sums x over the axes along which `shape` was broadcast to x's shape (float32 sums, one rounding):
+/// the gradient of broadcast_to. shape_error unless `shape` broadcasts to x's shape.
+Tensor sum_to_shape(const Tensor& x, const Shape& shape);
+
 Tensor scale(const Tensor& x, float factor); ///< x * factor
 Tensor neg(const Tensor& x);                 ///< -x
 Tensor abs(const Tensor& x);                 ///< |x|

@@ -7,8 +7,13 @@ target_sources(mixprec PRIVATE
   autodiff/tensor.cpp
   autodiff/tensor_xt.cpp
   autodiff/kernels_elementwise.cpp
-  autodiff/matmul.cpp
-  autodiff/matmul_onednn.cpp)
+  autodiff/kernels_matmul.cpp
+  autodiff/matmul_onednn.cpp
+  autodiff/tape.cpp
+  autodiff/variable.cpp
+  autodiff/ops_elementwise.cpp
+  autodiff/ops_matmul.cpp
+  autodiff/gradcheck.cpp)
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_sources(mixprec PRIVATE autodiff/convert_avx2.cpp autodiff/convert_avx512.cpp)

@@ -2,6 +2,7 @@
 
 #include "convert.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -16,10 +17,15 @@ std::shared_ptr<std::byte[]> allocate(std::size_t bytes) {
     return {p, [](std::byte* q) { ::operator delete(q, alignment); }};
 }
 
+std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{1};
+    return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
 } // namespace
 
 Tensor::Tensor(const Shape& shape, Dtype dtype)
-    : shape_(shape), dtype_(dtype), storage_(allocate(shape.elements() * size_of(dtype))) {}
+    : shape_(shape), dtype_(dtype), storage_(allocate(shape.elements() * size_of(dtype))), id_(next_id()) {}
 
 Tensor Tensor::from_floats(const Shape& shape, std::span<const float> values, Dtype dtype) {
     if (values.size() != shape.elements())
@@ -61,6 +67,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
                           " elements) as " + shape.to_string() + " (" + std::to_string(shape.elements()) + ")");
     Tensor out = *this;
     out.shape_ = shape;
+    out.id_ = next_id();
     return out;
 }
 

@@ -70,6 +70,10 @@ class Tensor {
 
     bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
 
+    /// Identity of this tensor value for GradientTape: copies keep it; every new tensor (an op's result,
+    /// reshape, to, clone) gets a fresh one.
+    std::uint64_t id() const { return id_; }
+
     /// "float16 (2, 3)": for messages.
     std::string description() const;
 
@@ -80,6 +84,7 @@ class Tensor {
     Shape shape_;
     Dtype dtype_ = Dtype::float32;
     std::shared_ptr<std::byte[]> storage_; // 64-byte aligned, nbytes() long
+    std::uint64_t id_;
 };
 
 /// Throws shape_error "<what>: shapes (a) and (b) differ" unless equal.

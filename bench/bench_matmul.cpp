@@ -70,9 +70,9 @@ void bm_matmul(benchmark::State& state, GemmShape s, Dtype dtype, MatmulBackend 
     const Tensor a = Tensor::from_floats(Shape{s.m, s.k}, fa, dtype);
     const Tensor b = Tensor::from_floats(Shape{s.k, s.n}, fb, dtype);
     const MatmulOptions options{false, false, backend};
-    benchmark::DoNotOptimize(matmul(a, b, options).raw()); // warm-up: oneDNN builds its primitive here
+    benchmark::DoNotOptimize(kernels::matmul(a, b, options).raw()); // warm-up: oneDNN builds its primitive here
     for (auto _ : state) {
-        Tensor c = matmul(a, b, options);
+        Tensor c = kernels::matmul(a, b, options);
         benchmark::DoNotOptimize(c.raw());
         benchmark::ClobberMemory();
     }

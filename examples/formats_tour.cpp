@@ -107,11 +107,11 @@ int main(int argc, char** argv) {
     for (auto& v : av) v = normal(gen);
     for (auto& v : bv) v = normal(gen) * 0.0625f;
     const Tensor a = Tensor::from_floats(Shape{128, 256}, av), b = Tensor::from_floats(Shape{256, 64}, bv);
-    const std::vector<float> reference = matmul(a, b).to_floats();
+    const std::vector<float> reference = kernels::matmul(a, b).to_floats();
     std::printf("\nmatmul (128, 256) @ (256, 64), operands and result rounded to the format, vs float32\n");
     std::printf("  %-12s %16s\n", "format", "rel. RMS error");
     for (Dtype dtype : narrow_dtypes) {
-        const std::vector<float> c = matmul(a.to(dtype), b.to(dtype)).to_floats();
+        const std::vector<float> c = kernels::matmul(a.to(dtype), b.to(dtype)).to_floats();
         double err = 0, norm = 0;
         for (std::size_t i = 0; i < c.size(); ++i) {
             err += (double(c[i]) - reference[i]) * (double(c[i]) - reference[i]);

@@ -84,7 +84,7 @@ void check_product(const Tensor& a, const Tensor& b, const Tensor& c, MatmulOpti
 BOOST_AUTO_TEST_CASE(exact_small_products) {
     const std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{1, 0, -1, 2, 0.5f, 1};
     for (Dtype dtype : all_dtypes) {
-        const Tensor c = matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype));
+        const Tensor c = kernels::matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype));
         BOOST_TEST(c.dtype() == dtype);
         BOOST_TEST(c.shape() == (Shape{2, 2}));
         BOOST_TEST(c.at({0, 0}) == 0.5f);  // 1 - 2 + 1.5
@@ -102,11 +102,11 @@ BOOST_AUTO_TEST_CASE(random_products_match_float64) {
                 const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
                 const Tensor a = random_tensor(ta ? Shape{37, 23} : Shape{23, 37}, dtype, ++seed);
                 const Tensor b = random_tensor(tb ? Shape{19, 37} : Shape{37, 19}, dtype, ++seed);
-                check_product(a, b, matmul(a, b, o), o);
+                check_product(a, b, kernels::matmul(a, b, o), o);
                 const Tensor a3 = random_tensor(ta ? Shape{3, 37, 23} : Shape{3, 23, 37}, dtype, ++seed);
                 const Tensor b3 = random_tensor(tb ? Shape{3, 19, 37} : Shape{3, 37, 19}, dtype, ++seed);
-                check_product(a3, b3, matmul(a3, b3, o), o);
-                check_product(a3, b, matmul(a3, b, o), o); // one b shared by every batch
+                check_product(a3, b3, kernels::matmul(a3, b3, o), o);
+                check_product(a3, b, kernels::matmul(a3, b, o), o); // one b shared by every batch
             }
 }
 
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(random_products_match_float64) {
 BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
     if (!has_avx512_bf16()) {
         BOOST_TEST_MESSAGE("no AVX512-BF16 on this CPU: the onednn backend is not available");
-        BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}, Dtype::bfloat16), Tensor(Shape{2, 2}, Dtype::bfloat16),
+        BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}, Dtype::bfloat16), Tensor(Shape{2, 2}, Dtype::bfloat16),
                                  {.backend = MatmulBackend::onednn}),
                           std::invalid_argument);
         return;
@@ -124,7 +124,7 @@ BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
         const Tensor b = random_tensor(tb ? Shape{4, 50, 300} : Shape{4, 300, 50}, Dtype::bfloat16, 2);
         const MatmulOptions one{.transpose_b = tb, .backend = MatmulBackend::onednn};
         const MatmulOptions two{.transpose_b = tb, .backend = MatmulBackend::sgemm};
-        const Tensor c1 = matmul(a, b, one), c2 = matmul(a, b, two);
+        const Tensor c1 = kernels::matmul(a, b, one), c2 = kernels::matmul(a, b, two);
         check_product(a, b, c1, one);
         check_product(a, b, c2, two);
         std::size_t far = 0; // allow one bfloat16 step where the float32 sums straddle a rounding boundary
@@ -132,16 +132,16 @@ BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
             far += std::fabs(c1.flat(i) - c2.flat(i)) > 0x1p-7 * std::fabs(c2.flat(i)) * 1.0001;
         BOOST_TEST(far == 0u);
     }
-    BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}), {.backend = MatmulBackend::onednn}),
+    BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}), {.backend = MatmulBackend::onednn}),
                       std::invalid_argument);
 }
 
 // Empty dimensions give empty or zero results, as in NumPy.
 BOOST_AUTO_TEST_CASE(empty_dimensions) {
-    const Tensor c = matmul(Tensor(Shape{3, 0}, Dtype::float16), Tensor(Shape{0, 2}, Dtype::float16));
+    const Tensor c = kernels::matmul(Tensor(Shape{3, 0}, Dtype::float16), Tensor(Shape{0, 2}, Dtype::float16));
     BOOST_TEST(c.shape() == (Shape{3, 2}));
     for (std::size_t i = 0; i < c.size(); ++i) BOOST_TEST(c.flat(i) == 0.0f);
-    BOOST_TEST(matmul(Tensor(Shape{0, 4}), Tensor(Shape{4, 2})).size() == 0u);
+    BOOST_TEST(kernels::matmul(Tensor(Shape{0, 4}), Tensor(Shape{4, 2})).size() == 0u);
 }
 
 // Bad shapes and dtypes are refused with messages that name both operands.
@@ -154,13 +154,13 @@ BOOST_AUTO_TEST_CASE(clear_errors) {
         }
         return "<no exception>";
     };
-    auto msg = message([] { matmul(Tensor(Shape{2, 3}), Tensor(Shape{4, 5})); });
+    auto msg = message([] { kernels::matmul(Tensor(Shape{2, 3}), Tensor(Shape{4, 5})); });
     BOOST_TEST(msg.find("(2, 3)") != std::string::npos);
     BOOST_TEST(msg.find("(4, 5)") != std::string::npos);
-    msg = message([] { matmul(Tensor(Shape{2, 3, 4}), Tensor(Shape{3, 4, 5})); });
+    msg = message([] { kernels::matmul(Tensor(Shape{2, 3, 4}), Tensor(Shape{3, 4, 5})); });
     BOOST_TEST(msg.find("batch") != std::string::npos);
-    msg = message([] { matmul(Tensor(Shape{2}), Tensor(Shape{2, 2})); });
+    msg = message([] { kernels::matmul(Tensor(Shape{2}), Tensor(Shape{2, 2})); });
     BOOST_TEST(msg.find("rank") != std::string::npos);
-    BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}, Dtype::float16)), dtype_error);
-    BOOST_CHECK_THROW(matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2, 2})), shape_error);
+    BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}, Dtype::float16)), dtype_error);
+    BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2, 2})), shape_error);
 }

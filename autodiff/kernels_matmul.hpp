@@ -30,9 +30,11 @@ struct MatmulOptions {
     MatmulBackend backend = MatmulBackend::automatic;
 };
 
+namespace kernels {
 /// a @ b, rounded once to the common dtype. shape_error names both shapes when they do not fit;
-/// dtype_error when the dtypes differ.
+/// dtype_error when the dtypes differ. (No autodiff: the recorded op is mixprec::autodiff::matmul.)
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
+} // namespace kernels
 
 /// Sets the threads OpenBLAS and oneDNN use (both, so they never oversubscribe the cores).
 void set_blas_threads(int threads);

@@ -1,4 +1,4 @@
-#include "matmul.hpp"
+#include "kernels_matmul.hpp"
 
 #include "convert.hpp"
 #include "matmul_kernels.hpp"
@@ -60,7 +60,7 @@ const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
 
 } // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
+Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
     check_same_dtype(a, b, "matmul");
     const auto da = dims_of(a, options.transpose_a, "a", a, b);
     const auto db = dims_of(b, options.transpose_b, "b", a, b);

@@ -1,0 +1,54 @@
+#include "ops_matmul.hpp"
+
+#include "kernels_elementwise.hpp"
+#include "tape.hpp"
+
+#include <vector>
+
+namespace mixprec::autodiff {
+namespace {
+
+/// Swaps the last two axes (rank 3), in the tensor's dtype (a copy: values unchanged).
+Tensor transpose_last2(const Tensor& t) {
+    const std::size_t batch = t.shape()[0], rows = t.shape()[1], cols = t.shape()[2];
+    const std::vector<float> v = t.to_floats();
+    std::vector<float> out(v.size());
+    for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < cols; ++j) out[(b * cols + j) * rows + i] = v[(b * rows + i) * cols + j];
+    return Tensor::from_floats(Shape{batch, cols, rows}, out, t.dtype());
+}
+
+Tensor grad_a(const Tensor& dc, const Tensor& a, const Tensor& b, MatmulOptions o) {
+    if (!o.transpose_a) // dA = dC op(B)ᵀ
+        return kernels::matmul(dc, b, {.transpose_b = !o.transpose_b, .backend = o.backend});
+    if (b.rank() == a.rank()) // dA = op(B) dCᵀ
+        return kernels::matmul(b, dc, {.transpose_a = o.transpose_b, .transpose_b = true, .backend = o.backend});
+    // a batched and transposed, b shared: dA = (dC op(B)ᵀ)ᵀ per batch
+    return transpose_last2(kernels::matmul(dc, b, {.transpose_b = !o.transpose_b, .backend = o.backend}));
+}
+
+Tensor grad_b(const Tensor& dc, const Tensor& a, const Tensor& b, MatmulOptions o) {
+    if (b.rank() == 2 && a.rank() == 3) { // one b for every batch: sum the per-batch gradients
+        const Tensor per_batch =
+            o.transpose_b ? kernels::matmul(dc, a, {.transpose_a = true, .transpose_b = o.transpose_a, .backend = o.backend})
+                          : kernels::matmul(a, dc, {.transpose_a = !o.transpose_a, .backend = o.backend});
+        return kernels::sum_to_shape(per_batch, b.shape());
+    }
+    if (!o.transpose_b) // dB = op(A)ᵀ dC
+        return kernels::matmul(a, dc, {.transpose_a = !o.transpose_a, .backend = o.backend});
+    return kernels::matmul(dc, a, {.transpose_a = true, .transpose_b = o.transpose_a, .backend = o.backend}); // dCᵀ op(A)
+}
+
+} // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
+    Tensor c = kernels::matmul(a, b, options);
+    if (should_record({&a, &b}))
+        record(c, {&a, &b}, [a, b, options](const Tensor& dc) {
+            return Gradients{grad_a(dc, a, b, options), grad_b(dc, a, b, options)};
+        });
+    return c;
+}
+
+} // namespace mixprec::autodiff

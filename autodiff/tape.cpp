@@ -1,0 +1,171 @@
+#include "tape.hpp"
+
+#include "kernels_elementwise.hpp"
+#include "variable.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mixprec::autodiff {
+namespace {
+
+/// The tapes recording on this thread, oldest first.
+thread_local std::vector<GradientTape*> active_tapes;
+
+} // namespace
+
+GradientTape::GradientTape(GradientTapeOptions options) : options_(options) { active_tapes.push_back(this); }
+
+GradientTape::~GradientTape() { stop_recording(); }
+
+void GradientTape::stop_recording() {
+    if (!recording_) return;
+    recording_ = false;
+    active_tapes.erase(std::remove(active_tapes.begin(), active_tapes.end(), this), active_tapes.end());
+}
+
+void GradientTape::watch(const Tensor& tensor) {
+    if (recording_) watched_.insert(tensor.id());
+}
+
+void GradientTape::watch(const Variable& variable) {
+    if (!recording_) return;
+    const Tensor value = variable.read(); // refreshes the working copy if needed
+    watched_.insert(value.id());
+    auto& reads = variable_reads_[variable.uid()];
+    if (std::none_of(reads.begin(), reads.end(), [&](const Input& r) { return r.id == value.id(); }))
+        reads.push_back({value.id(), value.shape(), value.dtype()});
+}
+
+bool should_record(std::initializer_list<const Tensor*> inputs) {
+    for (const GradientTape* tape : active_tapes)
+        for (const Tensor* t : inputs)
+            if (tape->watched_.count(t->id()) != 0) return true;
+    return false;
+}
+
+void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward) {
+    std::shared_ptr<BackwardFn> shared;
+    for (GradientTape* tape : active_tapes) {
+        const bool watches = std::any_of(inputs.begin(), inputs.end(),
+                                         [&](const Tensor* t) { return tape->watched_.count(t->id()) != 0; });
+        if (!watches) continue;
+        if (!shared) shared = std::make_shared<BackwardFn>(std::move(backward));
+        GradientTape::Entry entry{{}, output.id(), shared};
+        entry.inputs.reserve(inputs.size());
+        for (const Tensor* t : inputs) entry.inputs.push_back({t->id(), t->shape(), t->dtype()});
+        tape->entries_.push_back(std::move(entry));
+        tape->watched_.insert(output.id());
+    }
+}
+
+void notify_variable_read(const Variable& variable, const Tensor& value) {
+    for (GradientTape* tape : active_tapes) {
+        if (!tape->options_.watch_accessed_variables) continue;
+        tape->watched_.insert(value.id());
+        auto& reads = tape->variable_reads_[variable.uid()];
+        if (std::none_of(reads.begin(), reads.end(), [&](const auto& r) { return r.id == value.id(); }))
+            reads.push_back({value.id(), value.shape(), value.dtype()});
+    }
+}
+
+Tensor stop_gradient(const Tensor& x) { return x.reshape(x.shape()); }
+
+std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const std::vector<Input>& sources,
+                                                     Unconnected mode) {
+    if (used_)
+        throw std::logic_error("GradientTape::gradient called twice on a non-persistent tape "
+                               "(construct it with {.persistent = true} to ask for several gradients)");
+    if (watched_.count(target.id()) == 0)
+        throw std::logic_error("GradientTape::gradient: the target " + target.description() +
+                               " was not recorded by this tape (compute it inside the tape from watched "
+                               "tensors or trainable variables)");
+    if (!options_.persistent) {
+        used_ = true;
+        stop_recording();
+    }
+
+    std::unordered_set<std::uint64_t> wanted;
+    for (const Input& s : sources) wanted.insert(s.id);
+    std::unordered_map<std::uint64_t, Tensor> grads;
+    grads.emplace(target.id(), Tensor::full(target.shape(), 1.0f, target.dtype()));
+
+    const auto accumulate = [&](const Input& input, Tensor g) {
+        if (g.shape() != input.shape || g.dtype() != input.dtype)
+            throw std::logic_error("GradientTape: a backward function returned a " + g.description() +
+                                   " gradient for a " + std::string(name_of(input.dtype)) + " " +
+                                   input.shape.to_string() + " input");
+        auto [it, fresh] = grads.try_emplace(input.id, g);
+        if (!fresh) it->second = kernels::add(it->second, g);
+    };
+
+    for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
+        auto it = grads.find(e->output);
+        if (it != grads.end()) {
+            const Tensor dy = it->second;
+            if (wanted.count(e->output) == 0) grads.erase(it); // nothing upstream reads it again
+            Gradients g = (*e->backward)(dy);
+            if (g.size() != e->inputs.size())
+                throw std::logic_error("GradientTape: a backward function returned the wrong number of gradients");
+            for (std::size_t i = 0; i < g.size(); ++i)
+                if (g[i]) accumulate(e->inputs[i], std::move(*g[i]));
+        }
+        if (!options_.persistent) e->backward.reset(); // free what the closure captured
+    }
+    if (!options_.persistent) entries_.clear();
+
+    std::vector<std::optional<Tensor>> out;
+    out.reserve(sources.size());
+    for (const Input& s : sources) {
+        auto it = grads.find(s.id);
+        if (it != grads.end()) out.emplace_back(it->second);
+        else if (mode == Unconnected::zero) out.emplace_back(Tensor(s.shape, s.dtype));
+        else out.emplace_back(std::nullopt);
+    }
+    return out;
+}
+
+namespace {
+std::vector<Tensor> unwrap(std::vector<std::optional<Tensor>> gs) {
+    std::vector<Tensor> out;
+    out.reserve(gs.size());
+    for (auto& g : gs) out.push_back(std::move(*g));
+    return out;
+}
+} // namespace
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources) {
+    std::vector<Input> in;
+    for (const Tensor& s : sources) in.push_back({s.id(), s.shape(), s.dtype()});
+    return unwrap(run(target, in, Unconnected::zero));
+}
+
+std::vector<std::optional<Tensor>> GradientTape::gradient_or_none(const Tensor& target,
+                                                                   const std::vector<Tensor>& sources) {
+    std::vector<Input> in;
+    for (const Tensor& s : sources) in.push_back({s.id(), s.shape(), s.dtype()});
+    return run(target, in, Unconnected::none);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources) {
+    // A variable's gradient is the sum over the values of it this tape saw (usually one).
+    std::vector<Input> in;
+    std::vector<std::pair<std::size_t, std::size_t>> ranges; // [begin, end) in `in` per variable
+    for (const Variable& v : sources) {
+        const std::size_t begin = in.size();
+        auto it = variable_reads_.find(v.uid());
+        if (it != variable_reads_.end()) in.insert(in.end(), it->second.begin(), it->second.end());
+        ranges.emplace_back(begin, in.size());
+    }
+    auto gs = run(target, in, Unconnected::none);
+    std::vector<Tensor> out;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        std::optional<Tensor> sum;
+        for (std::size_t j = ranges[i].first; j < ranges[i].second; ++j)
+            if (gs[j]) sum = !sum ? *gs[j] : kernels::add(*sum, gs[j]->to(sum->dtype()));
+        out.push_back(sum ? *sum : Tensor(sources[i].shape(), sources[i].working_dtype()));
+    }
+    return out;
+}
+
+} // namespace mixprec::autodiff

@@ -1,0 +1,111 @@
+#pragma once
+/// GradientTape: reverse-mode automatic differentiation in the style of Keras / TensorFlow.
+///
+///   GradientTape tape;                        // records while it lives (RAII), on this thread
+///   Tensor y = mul(x, x);                     // ops on watched tensors are recorded
+///   auto [dx] = tape.gradient(y, {x});        // dy/dx, same shape and dtype as x
+///
+/// A tensor is watched when the tape was told to (`watch`), when it is a trainable Variable's value read
+/// inside the tape, or when a recorded op computed it from watched tensors. Gradients have the dtype of
+/// the tensor they belong to: the gradient of a float16 tensor is computed and stored in float16, so it
+/// underflows where real hardware would. Fan-out gradients add up (rounded in that dtype).
+///
+/// The reverse pass walks the recording backwards in a loop (no recursion: a chain of 100,000 ops is
+/// fine) and drops each gradient and backward closure as soon as nothing needs it. A non-persistent tape
+/// answers one `gradient` call and then stops recording; a persistent one answers any number and keeps
+/// its recording until it is destroyed. Nested tapes record independently, but a tape does not record the
+/// ops another tape's `gradient` runs, so higher-order gradients are not available.
+
+#include "tensor.hpp"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace mixprec::autodiff {
+
+class Variable;
+
+/// One gradient per op input, in the order the op listed them; nullopt where an input gets none.
+using Gradients = std::vector<std::optional<Tensor>>;
+/// Computes an op's input gradients from its output gradient `dy` (the output's shape and dtype).
+/// It must capture evaluated tensors only, never lazy xtensor expressions.
+using BackwardFn = std::function<Gradients(const Tensor& dy)>;
+
+struct GradientTapeOptions {
+    bool persistent = false;              ///< allow more than one gradient() call
+    bool watch_accessed_variables = true; ///< watch trainable Variables read while recording
+};
+
+/// What gradient() gives for a source the target does not depend on.
+enum class Unconnected { zero, none };
+
+class GradientTape {
+  public:
+    explicit GradientTape(GradientTapeOptions options = {});
+    ~GradientTape();
+    GradientTape(const GradientTape&) = delete;
+    GradientTape& operator=(const GradientTape&) = delete;
+
+    /// Records ops on `tensor` from now on.
+    void watch(const Tensor& tensor);
+    /// Watches the variable's current value (its working copy) for this tape.
+    void watch(const Variable& variable);
+
+    /// d target / d source for each source: zeros of the source's shape and dtype where unconnected.
+    /// The target's gradient is seeded with ones. Throws std::logic_error if the target was not
+    /// recorded by this tape or the tape was used up (non-persistent, after one call).
+    std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
+    /// Gradients for variables, each in the variable's working dtype (what reached the value it read).
+    std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources);
+    /// As gradient(), with nullopt for unconnected sources.
+    std::vector<std::optional<Tensor>> gradient_or_none(const Tensor& target, const std::vector<Tensor>& sources);
+
+    bool is_recording() const { return recording_; }
+    bool is_watched(const Tensor& tensor) const { return watched_.count(tensor.id()) != 0; }
+    std::size_t recorded_ops() const { return entries_.size(); }
+
+  private:
+    friend bool should_record(std::initializer_list<const Tensor*> inputs);
+    friend void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward);
+    friend void notify_variable_read(const Variable& variable, const Tensor& value);
+
+    struct Input {
+        std::uint64_t id;
+        Shape shape;
+        Dtype dtype;
+    };
+    struct Entry {
+        std::vector<Input> inputs;
+        std::uint64_t output;
+        std::shared_ptr<BackwardFn> backward; // shared by every tape that recorded the op
+    };
+
+    std::vector<std::optional<Tensor>> run(const Tensor& target, const std::vector<Input>& sources, Unconnected mode);
+    void stop_recording();
+
+    GradientTapeOptions options_;
+    bool recording_ = true;
+    bool used_ = false;
+    std::vector<Entry> entries_;
+    std::unordered_set<std::uint64_t> watched_;
+    std::unordered_map<std::uint64_t, std::vector<Input>> variable_reads_; // variable uid -> values it read
+};
+
+/// True when some tape on this thread is recording and watches one of `inputs`. Ops call it to skip
+/// building a backward closure nobody needs.
+bool should_record(std::initializer_list<const Tensor*> inputs);
+
+/// Records `output = op(inputs)` on every recording tape of this thread that watches one of the inputs.
+void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward);
+
+/// Called by Variable::read: recording tapes that watch accessed variables start watching `value`.
+void notify_variable_read(const Variable& variable, const Tensor& value);
+
+/// The same values as a new tensor that no tape watches: gradients do not flow through it.
+Tensor stop_gradient(const Tensor& x);
+
+} // namespace mixprec::autodiff

@@ -1,0 +1,106 @@
+#define BOOST_TEST_MODULE ops_elementwise
+#include <boost/test/unit_test.hpp>
+
+#include <mixprec/mixprec.hpp>
+
+#include <random>
+
+using namespace mixprec::autodiff;
+
+namespace {
+
+/// Uniform values in ±[lo, hi] (away from 0 when lo > 0, so kinks at 0 are not straddled by the
+/// finite-difference step of 1e-2).
+Tensor random(const Shape& shape, float lo, float hi, unsigned seed, bool positive = false) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> mag(lo, hi);
+    std::bernoulli_distribution negative(0.5);
+    std::vector<float> v(shape.elements());
+    for (auto& x : v) x = mag(gen) * (!positive && negative(gen) ? -1.0f : 1.0f);
+    return Tensor::from_floats(shape, v);
+}
+
+// Tolerances of the half-precision checks: each op rounds its result and its gradient once in the
+// format (relative error ≤ 2^-11 for float16, 2^-8 for bfloat16), and a gradient may combine two or
+// three such roundings, so allow about 8 units of rounding, relative to the largest gradient.
+constexpr double f16_tol = 8 * 0x1p-11, bf16_tol = 8 * 0x1p-8;
+
+void check(const std::string& name, const Function& f, const std::vector<Tensor>& inputs) {
+    const GradcheckResult r = gradcheck(f, inputs);
+    BOOST_TEST(r.passed, name << " float32: " << r.worst);
+    const GradcheckResult h = gradcheck_against_float32(f, inputs, Dtype::float16, f16_tol, f16_tol);
+    BOOST_TEST(h.passed, name << " float16: " << h.worst);
+    const GradcheckResult b = gradcheck_against_float32(f, inputs, Dtype::bfloat16, bf16_tol, bf16_tol);
+    BOOST_TEST(b.passed, name << " bfloat16: " << b.worst);
+}
+
+using unary = Tensor (*)(const Tensor&);
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(unary_ops) {
+    const Tensor any = random(Shape{3, 4}, 0.1f, 2.0f, 1), positive = random(Shape{3, 4}, 0.2f, 2.0f, 2, true);
+    const std::vector<std::pair<std::string, unary>> everywhere{
+        {"neg", neg}, {"exp", exp}, {"square", square}, {"abs", abs}, {"relu", relu},
+        {"tanh", tanh}, {"sigmoid", sigmoid}, {"gelu", gelu}};
+    for (const auto& [name, op] : everywhere) check(name, [op](const auto& in) { return op(in[0]); }, {any});
+    check("log", [](const auto& in) { return log(in[0]); }, {positive});
+    check("sqrt", [](const auto& in) { return sqrt(in[0]); }, {positive});
+    check("pow 2.5", [](const auto& in) { return pow(in[0], 2.5f); }, {positive});
+    check("pow -1", [](const auto& in) { return pow(in[0], -1.0f); }, {positive});
+    check("scale", [](const auto& in) { return scale(in[0], -3.0f); }, {any});
+    check("leaky_relu", [](const auto& in) { return leaky_relu(in[0], 0.1f); }, {any});
+}
+
+BOOST_AUTO_TEST_CASE(binary_ops_with_broadcasting) {
+    const std::vector<std::pair<Shape, Shape>> shapes{
+        {Shape{2, 3}, Shape{2, 3}}, {Shape{2, 3}, Shape{3}}, {Shape{4, 1, 3}, Shape{2, 1}}, {Shape{}, Shape{2, 2}}};
+    unsigned seed = 10;
+    for (const auto& [sa, sb] : shapes) {
+        const Tensor a = random(sa, 0.2f, 2.0f, ++seed), b = random(sb, 0.5f, 2.0f, ++seed);
+        check("add", [](const auto& in) { return in[0] + in[1]; }, {a, b});
+        check("sub", [](const auto& in) { return in[0] - in[1]; }, {a, b});
+        check("mul", [](const auto& in) { return in[0] * in[1]; }, {a, b});
+        check("div", [](const auto& in) { return in[0] / in[1]; }, {a, b});
+    }
+}
+
+BOOST_AUTO_TEST_CASE(matmul_all_layouts) {
+    unsigned seed = 40;
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+            const auto f = [o](const auto& in) { return matmul(in[0], in[1], o); };
+            const std::string name = std::string("matmul ta=") + (ta ? "1" : "0") + " tb=" + (tb ? "1" : "0");
+            check(name, f, {random(ta ? Shape{4, 3} : Shape{3, 4}, 0.1f, 1.0f, ++seed),
+                            random(tb ? Shape{5, 4} : Shape{4, 5}, 0.1f, 1.0f, ++seed)});
+            check(name + " batched", f, {random(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, 0.1f, 1.0f, ++seed),
+                                         random(tb ? Shape{2, 5, 4} : Shape{2, 4, 5}, 0.1f, 1.0f, ++seed)});
+            check(name + " shared b", f, {random(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, 0.1f, 1.0f, ++seed),
+                                          random(tb ? Shape{5, 4} : Shape{4, 5}, 0.1f, 1.0f, ++seed)});
+        }
+}
+
+// cast: the values round to the target dtype; the gradient comes back in the source dtype.
+BOOST_AUTO_TEST_CASE(cast_between_dtypes) {
+    const Tensor x = random(Shape{5}, 0.1f, 2.0f, 60);
+    check("cast to float32", [](const auto& in) { return cast(in[0], Dtype::float32); }, {x});
+    GradientTape tape;
+    tape.watch(x);
+    const Tensor y = cast(x, Dtype::float16);
+    BOOST_TEST(y.dtype() == Dtype::float16);
+    const Tensor g = tape.gradient(square(y), {x})[0];
+    BOOST_TEST(g.dtype() == Dtype::float32);
+    for (std::size_t i = 0; i < 5; ++i) BOOST_TEST(g.flat(i) == float(float16(2.0f * y.flat(i))));
+}
+
+// The gradcheck itself fails on a wrong backward (a scale op whose recorded derivative is off).
+BOOST_AUTO_TEST_CASE(gradcheck_catches_a_wrong_backward) {
+    const auto wrong = [](const std::vector<Tensor>& in) {
+        Tensor y = kernels::scale(in[0], 2.0f);
+        if (should_record({&in[0]}))
+            record(y, {&in[0]}, [](const Tensor& dy) { return Gradients{kernels::scale(dy, 2.1f)}; });
+        return y;
+    };
+    BOOST_TEST(!gradcheck(wrong, {random(Shape{3}, 0.5f, 1.0f, 70)}).passed);
+}

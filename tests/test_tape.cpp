@@ -1,0 +1,163 @@
+#define BOOST_TEST_MODULE tape
+#include <boost/test/unit_test.hpp>
+
+#include <mixprec/mixprec.hpp>
+
+#include <cmath>
+
+using namespace mixprec::autodiff;
+
+namespace {
+Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) {
+    return Tensor::from_floats(Shape{v.size()}, v, dtype);
+}
+} // namespace
+
+// d(x*x + x)/dx = 2x + 1, with the fan-out of x accumulated.
+BOOST_AUTO_TEST_CASE(fan_out_accumulates) {
+    const Tensor x = vec({1.0f, -2.0f, 3.0f});
+    GradientTape tape;
+    tape.watch(x);
+    const Tensor y = x * x + x;
+    const Tensor g = tape.gradient(y, {x})[0];
+    BOOST_TEST(g.to_floats() == (std::vector<float>{3.0f, -3.0f, 7.0f}), boost::test_tools::per_element());
+}
+
+// Only watched tensors (and what is computed from them) are recorded.
+BOOST_AUTO_TEST_CASE(records_only_watched) {
+    const Tensor a = vec({1, 2}), b = vec({3, 4});
+    GradientTape tape;
+    tape.watch(a);
+    const Tensor c = b * b; // b is not watched: not recorded
+    BOOST_TEST(tape.recorded_ops() == 0u);
+    const Tensor d = a * c;
+    BOOST_TEST(tape.recorded_ops() == 1u);
+    const auto g = tape.gradient_or_none(d, {a, b});
+    BOOST_TEST(g[0].has_value());
+    BOOST_TEST(!g[1].has_value());
+}
+
+// Unconnected sources get zeros of their shape and dtype (or nullopt with gradient_or_none).
+BOOST_AUTO_TEST_CASE(unconnected_sources) {
+    const Tensor a = vec({1, 2}), b = vec({5, 6, 7}, Dtype::bfloat16);
+    GradientTape tape({.persistent = true});
+    tape.watch(a);
+    tape.watch(b);
+    const Tensor y = a * a;
+    const Tensor gb = tape.gradient(y, {a, b})[1];
+    BOOST_TEST(gb.dtype() == Dtype::bfloat16);
+    BOOST_TEST(gb.shape() == Shape{3});
+    BOOST_TEST(gb.to_floats() == (std::vector<float>{0, 0, 0}), boost::test_tools::per_element());
+    BOOST_TEST(!tape.gradient_or_none(y, {b})[0].has_value());
+}
+
+// A non-persistent tape answers once; a persistent one any number of times.
+BOOST_AUTO_TEST_CASE(persistence) {
+    const Tensor x = vec({2});
+    {
+        GradientTape tape;
+        tape.watch(x);
+        const Tensor y = square(x);
+        BOOST_TEST(tape.gradient(y, {x})[0].flat(0) == 4.0f);
+        BOOST_CHECK_THROW(tape.gradient(y, {x}), std::logic_error);
+        BOOST_TEST(!tape.is_recording());
+    }
+    GradientTape tape({.persistent = true});
+    tape.watch(x);
+    const Tensor y = square(x), z = exp(y);
+    BOOST_TEST(tape.gradient(y, {x})[0].flat(0) == 4.0f);
+    BOOST_TEST(tape.gradient(z, {x})[0].flat(0) == float(4.0 * std::exp(4.0)), boost::test_tools::tolerance(1e-6f));
+}
+
+// Asking for the gradient of something the tape did not record is a clear error.
+BOOST_AUTO_TEST_CASE(unrecorded_target) {
+    const Tensor x = vec({1});
+    GradientTape tape;
+    const Tensor y = x * x;
+    try {
+        tape.gradient(y, {x});
+        BOOST_FAIL("no exception");
+    } catch (const std::logic_error& e) {
+        BOOST_TEST(std::string(e.what()).find("not recorded") != std::string::npos);
+    }
+}
+
+// stop_gradient blocks the flow; tapes nest and record independently.
+BOOST_AUTO_TEST_CASE(stop_gradient_and_nesting) {
+    const Tensor x = vec({3});
+    GradientTape outer({.persistent = true});
+    outer.watch(x);
+    GradientTape inner;
+    const Tensor y = x * stop_gradient(x); // d/dx treats the second factor as a constant
+    BOOST_TEST(outer.gradient(y, {x})[0].flat(0) == 3.0f);
+    BOOST_TEST(inner.recorded_ops() == 0u); // inner never watched x
+    inner.watch(y);
+    const Tensor z = y * y;
+    BOOST_TEST(inner.gradient(z, {y})[0].flat(0) == 18.0f);
+    BOOST_TEST(outer.gradient(z, {x})[0].flat(0) == 2.0f * 9.0f * 3.0f); // outer saw it too
+}
+
+// Trainable variables read inside a tape are watched; their gradient has the working dtype.
+BOOST_AUTO_TEST_CASE(variables) {
+    Variable w(vec({0.5f, -1.5f}), "w");
+    Variable frozen(vec({2.0f, 2.0f}), "frozen", /*trainable=*/false);
+    w.set_working_dtype(Dtype::float16);
+    GradientTape tape;
+    const Tensor wr = w.read();
+    BOOST_TEST(wr.dtype() == Dtype::float16);
+    const Tensor y = wr * frozen.read().to(Dtype::float16);
+    const auto g = tape.gradient(y, std::vector<Variable>{w, frozen});
+    BOOST_TEST(g[0].dtype() == Dtype::float16);
+    BOOST_TEST(g[0].to_floats() == (std::vector<float>{2.0f, 2.0f}), boost::test_tools::per_element());
+    BOOST_TEST(g[1].to_floats() == (std::vector<float>{0.0f, 0.0f}), boost::test_tools::per_element());
+}
+
+// The working copy is round(master), refreshed only when the master changes.
+BOOST_AUTO_TEST_CASE(working_copy_follows_master) {
+    Variable v(vec({1.0f + 0x1p-12f}), "v");
+    v.set_working_dtype(Dtype::float16);
+    const Tensor first = v.read(), again = v.read();
+    BOOST_TEST(first.id() == again.id()); // cached
+    BOOST_TEST(first.flat(0) == 1.0f);    // 1 + 2^-12 rounds to 1 in float16
+    BOOST_TEST(v.value().flat(0) == 1.0f + 0x1p-12f);
+    v.master_data()[0] = 3.0f;
+    v.mark_changed();
+    BOOST_TEST(v.read().flat(0) == 3.0f);
+    v.assign(vec({5.0f}, Dtype::bfloat16));
+    BOOST_TEST(v.read().flat(0) == 5.0f);
+    BOOST_CHECK_THROW(v.assign(vec({1.0f, 2.0f})), shape_error);
+}
+
+// Underflow is faithful. Activations x·w are float16; the loss is reduced in float32 and carries a
+// factor 1e-8, so d loss / dw ≈ 1e-8 x: in float32 that is fine, in float16 it is below the smallest
+// subnormal (6e-8) and becomes exactly zero. Multiplying the float32 loss by 2^16 (loss scaling) gives
+// float16 gradients equal to the float32 ones × 2^16, to float16 precision.
+BOOST_AUTO_TEST_CASE(float16_underflow_and_loss_scaling) {
+    const std::vector<float> xv{0.75f, -1.25f, 1.5f}, wv{0.5f, 1.0f, -0.25f};
+    const auto grad = [&](Dtype dtype, float loss_scale) {
+        const Tensor x = vec(xv, dtype), w = vec(wv, dtype), tiny = vec({1e-8f, 1e-8f, 1e-8f});
+        GradientTape tape;
+        tape.watch(w);
+        const Tensor loss = scale(cast(x * w, Dtype::float32) * tiny, loss_scale);
+        return tape.gradient(loss, {w})[0];
+    };
+    const Tensor g32 = grad(Dtype::float32, 1.0f), g16 = grad(Dtype::float16, 1.0f);
+    const Tensor scaled = grad(Dtype::float16, 65536.0f);
+    BOOST_TEST(g16.dtype() == Dtype::float16);
+    for (std::size_t i = 0; i < 3; ++i) {
+        BOOST_TEST(std::fabs(g32.flat(i)) > 5e-9f); // ≈ 1e-8 x
+        BOOST_TEST(g16.flat(i) == 0.0f);            // underflowed, as on hardware
+        BOOST_TEST(scaled.flat(i) == g32.flat(i) * 65536.0f, boost::test_tools::tolerance(2e-3f));
+    }
+}
+
+// A chain of 100,000 ops runs backward iteratively, without overflowing the stack.
+BOOST_AUTO_TEST_CASE(deep_chain) {
+    const Tensor x = vec({1.0f});
+    GradientTape tape;
+    tape.watch(x);
+    Tensor y = x;
+    for (int i = 0; i < 100'000; ++i) y = scale(y, 1.0f);
+    BOOST_TEST(tape.recorded_ops() == 100'000u);
+    BOOST_TEST(tape.gradient(y, {x})[0].flat(0) == 1.0f);
+}
