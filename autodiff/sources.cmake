@@ -13,6 +13,13 @@ target_sources(mixprec PRIVATE
   autodiff/variable.cpp
   autodiff/ops_elementwise.cpp
   autodiff/ops_matmul.cpp
+  autodiff/ops_shape.cpp
+  autodiff/ops_reduce.cpp
+  autodiff/ops_softmax.cpp
+  autodiff/ops_conv.cpp
+  autodiff/ops_pool.cpp
+  autodiff/ops_nn.cpp
+  autodiff/ops_loss.cpp
   autodiff/gradcheck.cpp)
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")

@@ -38,13 +38,21 @@ void GradientTape::watch(const Variable& variable) {
 }
 
 bool should_record(std::initializer_list<const Tensor*> inputs) {
+    return should_record(std::span<const Tensor* const>(inputs.begin(), inputs.size()));
+}
+
+void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward) {
+    record(output, std::span<const Tensor* const>(inputs.begin(), inputs.size()), std::move(backward));
+}
+
+bool should_record(std::span<const Tensor* const> inputs) {
     for (const GradientTape* tape : active_tapes)
         for (const Tensor* t : inputs)
             if (tape->watched_.count(t->id()) != 0) return true;
     return false;
 }
 
-void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward) {
+void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward) {
     std::shared_ptr<BackwardFn> shared;
     for (GradientTape* tape : active_tapes) {
         const bool watches = std::any_of(inputs.begin(), inputs.end(),

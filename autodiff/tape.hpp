@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -69,8 +70,8 @@ class GradientTape {
     std::size_t recorded_ops() const { return entries_.size(); }
 
   private:
-    friend bool should_record(std::initializer_list<const Tensor*> inputs);
-    friend void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward);
+    friend bool should_record(std::span<const Tensor* const> inputs);
+    friend void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward);
     friend void notify_variable_read(const Variable& variable, const Tensor& value);
 
     struct Input {
@@ -101,6 +102,10 @@ bool should_record(std::initializer_list<const Tensor*> inputs);
 
 /// Records `output = op(inputs)` on every recording tape of this thread that watches one of the inputs.
 void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, BackwardFn backward);
+
+/// The same for ops with a variable number of inputs (concat).
+bool should_record(std::span<const Tensor* const> inputs);
+void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward);
 
 /// Called by Variable::read: recording tapes that watch accessed variables start watching `value`.
 void notify_variable_read(const Variable& variable, const Tensor& value);

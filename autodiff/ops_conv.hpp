@@ -1,0 +1,6 @@
+#pragma once
+/// (being written)
+
+#include "tensor.hpp"
+
+namespace mixprec::autodiff {} // namespace mixprec::autodiff
