@@ -1,7 +1,6 @@
 #include "kernels_elementwise.hpp"
 
 #include "kernels_map.hpp"
-#include "tensor_xt.hpp"
 
 
 #include <array>
@@ -19,12 +18,7 @@ Tensor unary(const Tensor& x, F f) {
 template <class F>
 Tensor binary(const Tensor& a, const Tensor& b, F f, const char* name) {
     check_same_dtype(a, b, name);
-    if (a.shape() != b.shape()) { // broadcast through xtensor, in float32
-        broadcast_shapes(a.shape(), b.shape()); // our message, not xtensor's, for incompatible shapes
-        const xt::xarray<float> result = xt::make_lambda_xfunction(
-            [f](float u, float v) { return f(u, v); }, to_xarray(a), to_xarray(b));
-        return from_xarray(result, a.dtype());
-    }
+    if (a.shape() != b.shape()) return detail::broadcast_zip(a, b, a.dtype(), f);
     return detail::zip(a, b, a.dtype(), f);
 }
 
@@ -44,27 +38,23 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
     if (x.shape() == shape) return x;
     if (shape.rank() > x.rank() || broadcast_shapes(x.shape(), shape) != x.shape())
         throw shape_error("sum_to_shape: " + x.shape().to_string() + " does not broadcast from " + shape.to_string());
-    // Walk x in row-major order, keeping the offset of the output element it adds into; axes that
-    // `shape` broadcasts along have output stride 0.
-    const std::size_t rank = x.rank(), lead = rank - shape.rank();
-    std::vector<std::size_t> stride(rank, 0), index(rank, 0);
-    for (std::size_t i = rank, s = 1; i-- > lead;) {
-        const std::size_t d = shape[i - lead];
-        stride[i] = d == 1 ? 0 : s;
-        s *= d;
-    }
+    // Each row of x adds into the output element(s) its broadcast offset points at, in float32.
+    const auto stride = detail::broadcast_strides(shape, x.shape());
     const std::vector<float> v = x.to_floats();
     std::vector<float> sum(shape.elements(), 0.0f);
-    std::size_t out = 0;
-    for (float value : v) {
-        sum[out] += value;
-        for (std::size_t a = rank; a-- > 0;) { // next index, last axis fastest
-            out += stride[a];
-            if (++index[a] < x.shape()[a]) break;
-            out -= stride[a] * index[a];
-            index[a] = 0;
+    const std::size_t n = x.shape()[x.rank() - 1];
+    const bool inner = stride.back() == 1;
+    detail::for_each_row(x.shape(), stride, stride, [&](std::size_t out, std::size_t, std::size_t r) {
+        const float* row = v.data() + r * n;
+        float* dst = sum.data() + out;
+        if (inner) {
+            for (std::size_t j = 0; j < n; ++j) dst[j] += row[j];
+        } else {
+            float s = 0.0f;
+            for (std::size_t j = 0; j < n; ++j) s += row[j];
+            dst[0] += s;
         }
-    }
+    });
     return Tensor::from_floats(shape, sum, x.dtype());
 }
 

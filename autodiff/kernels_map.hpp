@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 namespace mixprec::autodiff::kernels::detail {
 
@@ -65,6 +66,64 @@ Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Dtype dtype, F f)
         narrow(u.data(), bytes_at(out, i), n, dtype);
     }
     return out;
+}
+
+/// Row-major strides of `from` seen as a tensor of shape `to` it broadcasts to (0 along broadcast axes).
+inline std::vector<std::size_t> broadcast_strides(const Shape& from, const Shape& to) {
+    std::vector<std::size_t> stride(to.rank(), 0);
+    const std::size_t lead = to.rank() - from.rank();
+    for (std::size_t i = to.rank(), s = 1; i-- > lead;) {
+        stride[i] = from[i - lead] == 1 ? 0 : s;
+        s *= from[i - lead];
+    }
+    return stride;
+}
+
+/// Calls row(offset_a, offset_b, row_index) for every row (all axes but the last) of `shape`, in
+/// row-major order, with the offsets of that row's first element in two broadcast operands.
+template <class Row>
+void for_each_row(const Shape& shape, const std::vector<std::size_t>& sa, const std::vector<std::size_t>& sb, Row row) {
+    const std::size_t rank = shape.rank();
+    const std::size_t rows = rank == 0 ? 1 : shape.elements() / std::max<std::size_t>(shape[rank - 1], 1);
+    if (rank == 0 || shape.elements() == 0) {
+        if (shape.elements() != 0) row(0, 0, 0);
+        return;
+    }
+    std::vector<std::size_t> index(rank, 0);
+    std::size_t oa = 0, ob = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+        row(oa, ob, r);
+        for (std::size_t axis = rank - 1; axis-- > 0;) { // next row: odometer over the outer axes
+            oa += sa[axis];
+            ob += sb[axis];
+            if (++index[axis] < shape[axis]) break;
+            oa -= sa[axis] * index[axis];
+            ob -= sb[axis] * index[axis];
+            index[axis] = 0;
+        }
+    }
+}
+
+/// out = f(a, b) with NumPy broadcasting, in `dtype`: operands widened once, the last axis run as a
+/// contiguous (or constant) inner loop so it vectorizes, the result rounded once.
+template <class F>
+Tensor broadcast_zip(const Tensor& a, const Tensor& b, Dtype dtype, F f) {
+    const Shape shape = broadcast_shapes(a.shape(), b.shape());
+    const auto sa = broadcast_strides(a.shape(), shape), sb = broadcast_strides(b.shape(), shape);
+    const std::vector<float> av = a.to_floats(), bv = b.to_floats();
+    std::vector<float> out(shape.elements());
+    const std::size_t n = shape.rank() == 0 ? 1 : shape[shape.rank() - 1];
+    const std::size_t ia = shape.rank() == 0 ? 0 : sa.back(), ib = shape.rank() == 0 ? 0 : sb.back();
+    for_each_row(shape, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t r) {
+        const float* pa = av.data() + oa;
+        const float* pb = bv.data() + ob;
+        float* po = out.data() + r * n;
+        if (ia == 1 && ib == 1) for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[j]);
+        else if (ia == 1) for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[0]);
+        else if (ib == 1) for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[0], pb[j]);
+        else std::fill(po, po + n, f(pa[0], pb[0]));
+    });
+    return Tensor::from_floats(shape, out, dtype);
 }
 
 } // namespace mixprec::autodiff::kernels::detail

@@ -1,1 +1,125 @@
 #include "ops_nn.hpp"
+
+#include "convert.hpp"
+#include "kernels_map.hpp"
+#include "tape.hpp"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mixprec::autodiff {
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
+    if (x.rank() == 0) throw shape_error("layer_norm: x must have at least one axis, got shape ()");
+    const std::size_t d = x.shape()[x.rank() - 1], rows = d == 0 ? 0 : x.size() / d;
+    const Shape param{d};
+    if (gamma.shape() != param || beta.shape() != param)
+        throw shape_error("layer_norm: gamma " + gamma.shape().to_string() + " and beta " + beta.shape().to_string() +
+                          " must have shape " + param.to_string() + " for x " + x.shape().to_string());
+    check_same_dtype(x, gamma, "layer_norm (x, gamma)");
+    check_same_dtype(x, beta, "layer_norm (x, beta)");
+
+    std::vector<float> xhat = x.to_floats(), out(x.size());
+    std::vector<float> rstd(rows);
+    const std::vector<float> g = gamma.to_floats(), b = beta.to_floats();
+    for (std::size_t r = 0; r < rows; ++r) {
+        float* row = xhat.data() + r * d;
+        float mean = 0, var = 0;
+        for (std::size_t j = 0; j < d; ++j) mean += row[j];
+        mean /= static_cast<float>(d);
+        for (std::size_t j = 0; j < d; ++j) var += (row[j] - mean) * (row[j] - mean);
+        var /= static_cast<float>(d);
+        rstd[r] = 1.0f / std::sqrt(var + epsilon);
+        for (std::size_t j = 0; j < d; ++j) {
+            row[j] = (row[j] - mean) * rstd[r];
+            out[r * d + j] = g[j] * row[j] + b[j];
+        }
+    }
+    Tensor y = Tensor::from_floats(x.shape(), out, x.dtype());
+    if (should_record({&x, &gamma, &beta}))
+        record(y, {&x, &gamma, &beta}, [gamma, xhat = std::move(xhat), rstd = std::move(rstd), rows, d,
+                                        shape = x.shape()](const Tensor& dy) {
+            const std::vector<float> dys = dy.to_floats(), gs = gamma.to_floats();
+            std::vector<float> dx(dys.size()), dgamma(d, 0.0f), dbeta(d, 0.0f), gx(d);
+            for (std::size_t r = 0; r < rows; ++r) {
+                const float* dyr = dys.data() + r * d;
+                const float* xr = xhat.data() + r * d;
+                float mean_g = 0, mean_gx = 0;
+                for (std::size_t j = 0; j < d; ++j) {
+                    gx[j] = gs[j] * dyr[j];
+                    mean_g += gx[j];
+                    mean_gx += gx[j] * xr[j];
+                    dgamma[j] += dyr[j] * xr[j];
+                    dbeta[j] += dyr[j];
+                }
+                mean_g /= static_cast<float>(d);
+                mean_gx /= static_cast<float>(d);
+                for (std::size_t j = 0; j < d; ++j) dx[r * d + j] = rstd[r] * (gx[j] - mean_g - xr[j] * mean_gx);
+            }
+            const Dtype t = gamma.dtype();
+            return Gradients{Tensor::from_floats(shape, dx, t), Tensor::from_floats(Shape{d}, dgamma, t),
+                             Tensor::from_floats(Shape{d}, dbeta, t)};
+        });
+    return y;
+}
+
+Tensor embedding(const Tensor& table, std::span<const std::int32_t> ids, const Shape& ids_shape) {
+    if (table.rank() != 2)
+        throw shape_error("embedding: table must have shape (vocab, dim), got " + table.shape().to_string());
+    if (ids.size() != ids_shape.elements())
+        throw shape_error("embedding: " + std::to_string(ids.size()) + " ids for ids shape " + ids_shape.to_string() +
+                          ", which holds " + std::to_string(ids_shape.elements()));
+    if (ids_shape.rank() == Shape::max_rank)
+        throw shape_error("embedding: ids shape " + ids_shape.to_string() + " leaves no room for the embedding axis");
+    const std::size_t vocab = table.shape()[0], dim = table.shape()[1];
+    for (std::size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab)
+            throw std::invalid_argument("embedding: id at position " + std::to_string(i) + " is " +
+                                        std::to_string(ids[i]) + ", outside [0, " + std::to_string(vocab) + ")");
+
+    std::array<std::size_t, Shape::max_rank> dims{};
+    std::copy(ids_shape.begin(), ids_shape.end(), dims.begin());
+    dims[ids_shape.rank()] = dim;
+    Tensor y(Shape(std::span<const std::size_t>(dims.data(), ids_shape.rank() + 1)), table.dtype());
+    const std::size_t row_bytes = dim * size_of(table.dtype());
+    for (std::size_t i = 0; i < ids.size() && row_bytes != 0; ++i)
+        std::memcpy(kernels::detail::bytes_at(y, i * dim), kernels::detail::bytes_at(table, static_cast<std::size_t>(ids[i]) * dim), row_bytes);
+
+    if (should_record({&table}))
+        record(y, {&table}, [ids = std::vector<std::int32_t>(ids.begin(), ids.end()), vocab, dim,
+                             dtype = table.dtype()](const Tensor& dy) {
+            const std::vector<float> g = dy.to_floats();
+            std::vector<float> acc(vocab * dim, 0.0f);
+            for (std::size_t i = 0; i < ids.size(); ++i) {
+                float* row = acc.data() + static_cast<std::size_t>(ids[i]) * dim;
+                for (std::size_t j = 0; j < dim; ++j) row[j] += g[i * dim + j];
+            }
+            return Gradients{Tensor::from_floats(Shape{vocab, dim}, acc, dtype)};
+        });
+    return y;
+}
+
+Tensor dropout(const Tensor& x, float rate, Rng& rng, bool training) {
+    if (!(rate >= 0.0f && rate < 1.0f))
+        throw std::invalid_argument("dropout: rate must be in [0, 1), got " + std::to_string(rate));
+    if (!training || rate == 0.0f) return x;
+    const float keep_scale = 1.0f / (1.0f - rate);
+    std::vector<std::uint8_t> mask(x.size());
+    for (auto& m : mask) m = rng.uniform() >= rate;
+    std::vector<float> v = x.to_floats();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] *= mask[i] ? keep_scale : 0.0f;
+    Tensor y = Tensor::from_floats(x.shape(), v, x.dtype());
+    if (should_record({&x}))
+        record(y, {&x}, [mask = std::move(mask), keep_scale](const Tensor& dy) {
+            std::vector<float> g = dy.to_floats();
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] *= mask[i] ? keep_scale : 0.0f;
+            return Gradients{Tensor::from_floats(dy.shape(), g, dy.dtype())};
+        });
+    return y;
+}
+
+} // namespace mixprec::autodiff

@@ -157,6 +157,32 @@ def matmul_table(samples, ctx):
     return below
 
 
+LAYER_FLOOR = 1.25
+
+
+def layers_table(samples):
+    """Forward + backward of a layer against the GEMMs it is made of: float32 and float16 against the
+    sgemm peer, bfloat16 against the oneDNN peer (sgemm where that is absent). Lower is better."""
+    peers = {(k[1], k[2]): statistics.median(r["real_time"] for r in runs) for k, runs in samples.items()
+             if k[0] == "peer"}
+    print("| layer | dtype | time (us) | peer | peer time (us) | ratio | floor |")
+    print("|---|---|---:|---|---:|---:|---|")
+    below = []
+    for key, runs in sorted(samples.items()):
+        if key[0] != "layer":
+            continue
+        layer, dtype = key[1], key[2]
+        peer = "onednn" if dtype == "bfloat16" and (layer, "onednn") in peers else "sgemm"
+        t = statistics.median(r["real_time"] for r in runs)
+        p = peers.get((layer, peer), float("nan"))
+        ratio = t / p
+        ok = ratio <= LAYER_FLOOR
+        if not ok:
+            below.append(f"{layer} {dtype}: {ratio:.2f}x its GEMMs (floor {LAYER_FLOOR}x)")
+        print(f"| {layer} | {dtype} | {t:.0f} | {peer} | {p:.0f} | {ratio:.3f} | {'ok' if ok else '**above**'} |")
+    return below
+
+
 def main(paths):
     below = []
     for path in paths:
@@ -166,6 +192,9 @@ def main(paths):
         if "copy" in kinds:
             print("\n### Conversions (GB/s = 1e9 bytes read + written per second)\n")
             below += convert_table(samples)
+        if "layer" in kinds:
+            print("\n### Layers, forward + backward, against their GEMMs (time ratio, lower is better)\n")
+            below += layers_table(samples)
         if "sgemm" in kinds:
             print("\n### Matmul (GFLOP/s = 2*M*N*K / time)\n")
             below += matmul_table(samples, ctx)

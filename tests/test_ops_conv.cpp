@@ -3,4 +3,301 @@
 
 #include <mixprec/mixprec.hpp>
 
-BOOST_AUTO_TEST_CASE(placeholder) { BOOST_TEST(true); }
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+using namespace mixprec::autodiff;
+
+namespace {
+
+/// Uniform values in ±[lo, hi] ([lo, hi] when `positive`).
+Tensor random(const Shape& shape, float lo, float hi, unsigned seed, bool positive = false) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> mag(lo, hi);
+    std::bernoulli_distribution negative(0.5);
+    std::vector<float> v(shape.elements());
+    for (auto& x : v) x = mag(gen) * (!positive && negative(gen) ? -1.0f : 1.0f);
+    return Tensor::from_floats(shape, v);
+}
+
+/// Values 0.1 apart in random order: no two within a finite-difference step (≤ 0.01·7.2) of each other,
+/// so the max of a window never changes hands during gradcheck.
+Tensor distinct(const Shape& shape, unsigned seed) {
+    std::vector<float> v(shape.elements());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * (static_cast<float>(i) - 0.5f * static_cast<float>(v.size()));
+    std::shuffle(v.begin(), v.end(), std::mt19937(seed));
+    return Tensor::from_floats(shape, v);
+}
+
+// Tolerances of the half-precision checks, relative to the largest float32 gradient: conv2d and the
+// pools round each gradient once, but its input dy = w (the gradcheck weights) is itself rounded in the
+// narrow run, so an element of dx or dw carries the rounding of up to O·kh·kw (or N·Ho·Wo) terms of mixed
+// sign: a relative error of one unit u per term, on a sum of |terms| a few times larger than the largest
+// gradient. 8u covers that (u = 2^-11 for float16, 2^-8 for bfloat16).
+constexpr double f16_tol = 8 * 0x1p-11, bf16_tol = 8 * 0x1p-8;
+
+void check(const std::string& name, const Function& f, const std::vector<Tensor>& inputs) {
+    const GradcheckResult r = gradcheck(f, inputs);
+    BOOST_TEST(r.passed, name << " float32: " << r.worst);
+    const GradcheckResult h = gradcheck_against_float32(f, inputs, Dtype::float16, f16_tol, f16_tol);
+    BOOST_TEST(h.passed, name << " float16: " << h.worst);
+    const GradcheckResult b = gradcheck_against_float32(f, inputs, Dtype::bfloat16, bf16_tol, bf16_tol);
+    BOOST_TEST(b.passed, name << " bfloat16: " << b.worst);
+}
+
+struct conv_case {
+    std::string name;
+    Shape x, w;
+    bool bias;
+    Conv2dOptions options;
+};
+
+std::size_t out_size(std::size_t in, std::size_t k, std::size_t s, std::size_t p, std::size_t d) {
+    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/// The 7-loop definition in double: y[n,o,i,j] = b[o] + Σ_{c,p,q} w[o,c,p,q] x[n,c,i s − pad + p d, ...].
+/// With `dy`, also accumulates dx, dw, db by the same loops (for the chunked case).
+struct naive {
+    std::vector<double> y, dx, dw, db;
+    naive(const conv_case& k, const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+          const std::vector<float>* dy = nullptr) {
+        const auto& o = k.options;
+        const std::size_t N = k.x[0], C = k.x[1], H = k.x[2], W = k.x[3], O = k.w[0], KH = k.w[2], KW = k.w[3];
+        const std::size_t Ho = out_size(H, KH, o.stride[0], o.padding[0], o.dilation[0]);
+        const std::size_t Wo = out_size(W, KW, o.stride[1], o.padding[1], o.dilation[1]);
+        y.assign(N * O * Ho * Wo, 0.0), dx.assign(x.size(), 0.0), dw.assign(w.size(), 0.0), db.assign(O, 0.0);
+        for (std::size_t n = 0; n < N; ++n)
+            for (std::size_t oc = 0; oc < O; ++oc)
+                for (std::size_t i = 0; i < Ho; ++i)
+                    for (std::size_t j = 0; j < Wo; ++j) {
+                        const std::size_t yi = ((n * O + oc) * Ho + i) * Wo + j;
+                        double s = b.empty() ? 0.0 : b[oc];
+                        const double g = dy ? (*dy)[yi] : 0.0;
+                        db[oc] += g;
+                        for (std::size_t c = 0; c < C; ++c)
+                            for (std::size_t p = 0; p < KH; ++p)
+                                for (std::size_t q = 0; q < KW; ++q) {
+                                    const long r = long(i * o.stride[0] + p * o.dilation[0]) - long(o.padding[0]);
+                                    const long t = long(j * o.stride[1] + q * o.dilation[1]) - long(o.padding[1]);
+                                    if (r < 0 || t < 0 || r >= long(H) || t >= long(W)) continue;
+                                    const std::size_t xi = ((n * C + c) * H + r) * W + t, wi = ((oc * C + c) * KH + p) * KW + q;
+                                    s += double(w[wi]) * x[xi];
+                                    dx[xi] += g * w[wi];
+                                    dw[wi] += g * x[xi];
+                                }
+                        y[yi] = s;
+                    }
+    }
+};
+
+const std::vector<conv_case>& conv_cases() {
+    static const std::vector<conv_case> cases{
+        {"plain", Shape{2, 3, 7, 7}, Shape{4, 3, 3, 3}, true, {}},
+        {"stride 2", Shape{2, 3, 8, 9}, Shape{4, 3, 3, 3}, true, {.stride = {2, 2}}},
+        {"padding 1", Shape{2, 2, 5, 6}, Shape{3, 2, 3, 3}, true, {.padding = {1, 1}}},
+        {"dilation 2", Shape{1, 2, 9, 8}, Shape{3, 2, 3, 3}, true, {.dilation = {2, 2}}},
+        {"no bias", Shape{2, 3, 6, 6}, Shape{2, 3, 3, 3}, false, {}},
+        {"non-square 2x4", Shape{2, 2, 7, 9}, Shape{3, 2, 2, 4}, true, {.stride = {1, 2}, .padding = {0, 2}}},
+        {"C=1 O=1", Shape{3, 1, 6, 5}, Shape{1, 1, 3, 2}, true, {}},
+        {"everything", Shape{2, 3, 11, 10}, Shape{5, 3, 3, 2}, true,
+         {.stride = {2, 3}, .padding = {1, 2}, .dilation = {2, 1}}},
+        {"1x1 kernel", Shape{2, 4, 3, 3}, Shape{5, 4, 1, 1}, false, {}},
+        {"kernel = input", Shape{2, 2, 4, 3}, Shape{3, 2, 4, 3}, true, {}},
+    };
+    return cases;
+}
+
+Tensor run(const conv_case& k, const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
+    return conv2d(x, w, b, k.options);
+}
+
+/// True when f throws E whose message contains every one of `parts`.
+template <class E, class F>
+bool throws_with(F f, std::initializer_list<const char*> parts) {
+    try {
+        f();
+    } catch (const E& e) {
+        const std::string what = e.what();
+        for (const char* p : parts)
+            if (what.find(p) == std::string::npos) {
+                BOOST_TEST_MESSAGE("message lacks '" << p << "': " << what);
+                return false;
+            }
+        return true;
+    }
+    return false;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(conv2d_forward_matches_naive_reference) {
+    unsigned seed = 100;
+    for (const conv_case& k : conv_cases()) {
+        const Tensor x = random(k.x, 0.0f, 1.0f, ++seed), w = random(k.w, 0.0f, 1.0f, ++seed);
+        const std::optional<Tensor> b = k.bias ? std::optional(random(Shape{k.w[0]}, 0.0f, 1.0f, ++seed)) : std::nullopt;
+        const Tensor y = run(k, x, w, b);
+        const naive ref(k, x.to_floats(), w.to_floats(), b ? b->to_floats() : std::vector<float>{});
+        const auto& o = k.options;
+        BOOST_TEST_CONTEXT(k.name) {
+            BOOST_TEST(y.dtype() == Dtype::float32);
+            BOOST_TEST(y.shape() == (Shape{k.x[0], k.w[0], out_size(k.x[2], k.w[2], o.stride[0], o.padding[0], o.dilation[0]),
+                                           out_size(k.x[3], k.w[3], o.stride[1], o.padding[1], o.dilation[1])}));
+            const std::vector<float> got = y.to_floats();
+            double worst = 0;
+            for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref.y[i]));
+            BOOST_TEST(worst < 1e-5); // float32 sums of at most 36 products of magnitude ≤ 1
+        }
+    }
+}
+
+// Narrow dtypes: the product, the bias and the sum are all float32, so y is the exact result rounded
+// once: within half a unit in the last place (plus float32 noise) of the double reference.
+BOOST_AUTO_TEST_CASE(conv2d_narrow_dtypes_round_once) {
+    const conv_case& k = conv_cases()[7];
+    for (Dtype dtype : {Dtype::float16, Dtype::bfloat16}) {
+        const int mantissa = dtype == Dtype::float16 ? 10 : 7;
+        const Tensor x = random(k.x, 0.1f, 1.0f, 200).to(dtype), w = random(k.w, 0.1f, 1.0f, 201).to(dtype);
+        const Tensor b = random(Shape{k.w[0]}, 0.1f, 1.0f, 202).to(dtype);
+        const Tensor y = conv2d(x, w, b, k.options);
+        BOOST_TEST(y.dtype() == dtype);
+        const naive ref(k, x.to_floats(), w.to_floats(), b.to_floats());
+        const std::vector<float> got = y.to_floats();
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(ref.y[i]), 0x1p-14)) - mantissa);
+            if (std::fabs(got[i] - ref.y[i]) > 0.5 * ulp + 1e-6 * std::fabs(ref.y[i])) ++bad;
+        }
+        BOOST_TEST(bad == 0u, name_of(dtype) << ": " << bad << " of " << got.size() << " elements off by more than ½ ulp");
+    }
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_gradients) {
+    unsigned seed = 300;
+    const std::vector<conv_case> cases{
+        {"N=2 C=2 5x5 O=3 3x3", Shape{2, 2, 5, 5}, Shape{3, 2, 3, 3}, true, {}},
+        {"stride 2 padding 1", Shape{2, 2, 6, 5}, Shape{3, 2, 3, 3}, true, {.stride = {2, 2}, .padding = {1, 1}}},
+        {"dilation 2 no bias", Shape{1, 2, 7, 6}, Shape{2, 2, 3, 2}, false, {.dilation = {2, 2}}},
+        {"overlapping 2x3 stride (1, 2)", Shape{2, 1, 5, 7}, Shape{2, 1, 2, 3}, true, {.stride = {1, 2}, .padding = {1, 0}}},
+    };
+    for (const conv_case& k : cases) {
+        std::vector<Tensor> in{random(k.x, 0.1f, 1.0f, ++seed), random(k.w, 0.1f, 1.0f, ++seed)};
+        if (k.bias) in.push_back(random(Shape{k.w[0]}, 0.1f, 1.0f, ++seed));
+        const auto f = [o = k.options](const std::vector<Tensor>& t) {
+            return conv2d(t[0], t[1], t.size() > 2 ? std::optional(t[2]) : std::nullopt, o);
+        };
+        check("conv2d " + k.name, f, in);
+    }
+}
+
+// A batch in several chunks of the column matrix (256Ki elements; 73,728 per image here): images
+// 3 + 3 + 1, so the weight gradient adds up over chunks and the last chunk is short.
+BOOST_AUTO_TEST_CASE(conv2d_chunked_batch) {
+    const conv_case k{"chunked", Shape{7, 2, 64, 64}, Shape{3, 2, 3, 3}, true, {.padding = {1, 1}}};
+    const auto worst = [](const Tensor& t, const std::vector<double>& r) {
+        const std::vector<float> v = t.to_floats();
+        double e = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) e = std::max(e, std::fabs(v[i] - r[i]) / std::max(1.0, std::fabs(r[i])));
+        return e;
+    };
+    // float32: sums of up to 28,672 positive terms in float32; bfloat16 (oneDNN where available): the same
+    // sums rounded once, a relative error of at most 2^-9 (inputs rounded first, the reference uses them)
+    for (const auto& [dtype, tol] : {std::pair{Dtype::float32, 1e-5}, std::pair{Dtype::bfloat16, 0x1p-8}}) {
+        const Tensor x = random(k.x, 0.5f, 1.5f, 400, true).to(dtype), w = random(k.w, 0.5f, 1.5f, 401, true).to(dtype);
+        const Tensor b = random(Shape{3}, 0.5f, 1.5f, 402, true).to(dtype);
+        GradientTape tape;
+        tape.watch(x), tape.watch(w), tape.watch(b);
+        const Tensor y = conv2d(x, w, b, k.options);
+        const std::vector<Tensor> g = tape.gradient(y, {x, w, b}); // dy = 1
+        const std::vector<float> ones(y.size(), 1.0f);
+        const naive ref(k, x.to_floats(), w.to_floats(), b.to_floats(), &ones);
+        BOOST_TEST_CONTEXT(name_of(dtype)) {
+            BOOST_TEST(worst(y, ref.y) < tol);
+            BOOST_TEST(worst(g[0], ref.dx) < tol);
+            BOOST_TEST(worst(g[1], ref.dw) < tol);
+            BOOST_TEST(worst(g[2], ref.db) < tol);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_empty_batch) {
+    const Tensor y = conv2d(Tensor(Shape{0, 2, 5, 5}), Tensor(Shape{3, 2, 3, 3}), Tensor(Shape{3}));
+    BOOST_TEST(y.shape() == (Shape{0, 3, 3, 3}));
+}
+
+BOOST_AUTO_TEST_CASE(pool_values) {
+    // 4x4 plane 0..15; 2x2 windows
+    std::vector<float> v(16);
+    std::iota(v.begin(), v.end(), 0.0f);
+    const Tensor x = Tensor::from_floats(Shape{1, 1, 4, 4}, v);
+    const Tensor m = max_pool2d(x, {2, 2});
+    BOOST_TEST(m.to_floats() == (std::vector<float>{5, 7, 13, 15}), boost::test_tools::per_element());
+    const Tensor a = avg_pool2d(x, {2, 2});
+    BOOST_TEST(a.to_floats() == (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}), boost::test_tools::per_element());
+    // padding 1, 3x3 windows, stride 1: padding excluded from the count, so the corner is (0+1+4+5)/4
+    const Tensor p = avg_pool2d(x, {3, 3}, {1, 1}, {1, 1});
+    BOOST_TEST(p.shape() == (Shape{1, 1, 4, 4}));
+    BOOST_TEST(p.at({0, 0, 0, 0}) == 2.5f);
+    BOOST_TEST(p.at({0, 0, 1, 1}) == 5.0f);
+    const Tensor ones = avg_pool2d(Tensor::full(Shape{2, 3, 5, 5}, 1.0f), {3, 3}, {2, 2}, {1, 1});
+    for (float y : ones.to_floats()) BOOST_TEST(y == 1.0f);
+    // padding is −∞ for max: an all-negative input keeps its own values at the border
+    const Tensor neg = max_pool2d(Tensor::full(Shape{1, 1, 3, 3}, -2.0f), {2, 2}, {1, 1}, {1, 1});
+    for (float y : neg.to_floats()) BOOST_TEST(y == -2.0f);
+    // stride 0 means the kernel; float16 in, float16 out
+    const Tensor h = max_pool2d(x.to(Dtype::float16), {2, 2}, {0, 0});
+    BOOST_TEST(h.dtype() == Dtype::float16);
+    BOOST_TEST(h.to_floats() == m.to_floats(), boost::test_tools::per_element());
+}
+
+// Ties: the whole window is equal, so the gradient goes to its first element in row-major order.
+BOOST_AUTO_TEST_CASE(max_pool2d_ties_go_to_the_first) {
+    const Tensor x = Tensor::full(Shape{1, 1, 4, 4}, 3.0f);
+    GradientTape tape;
+    tape.watch(x);
+    const Tensor g = tape.gradient(max_pool2d(x, {2, 2}), {x})[0];
+    const std::vector<float> expected{1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0};
+    BOOST_TEST(g.to_floats() == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(pool_gradients) {
+    struct pool_case {
+        std::string name;
+        std::array<std::size_t, 2> kernel, stride, padding;
+    };
+    const std::vector<pool_case> cases{{"2x2", {2, 2}, {0, 0}, {0, 0}},
+                                       {"3x3 stride 2 padding 1", {3, 3}, {2, 2}, {1, 1}},
+                                       {"2x3 stride (1, 2) padding (1, 1)", {2, 3}, {1, 2}, {1, 1}},
+                                       {"3x2 stride 1", {3, 2}, {1, 1}, {0, 0}}};
+    unsigned seed = 500;
+    for (const pool_case& k : cases) {
+        check("max_pool2d " + k.name, [k](const auto& in) { return max_pool2d(in[0], k.kernel, k.stride, k.padding); },
+              {distinct(Shape{2, 2, 6, 6}, ++seed)});
+        check("avg_pool2d " + k.name, [k](const auto& in) { return avg_pool2d(in[0], k.kernel, k.stride, k.padding); },
+              {random(Shape{2, 2, 6, 5}, 0.1f, 2.0f, ++seed)});
+    }
+}
+
+BOOST_AUTO_TEST_CASE(shape_errors_name_the_shapes) {
+    const Tensor x(Shape{8, 3, 28, 28}), w(Shape{16, 3, 3, 3});
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, Tensor(Shape{16, 4, 3, 3})); },
+                                         {"(8, 3, 28, 28)", "3 channels", "(16, 4, 3, 3)", "expect 4"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(Tensor(Shape{3, 28, 28}), w); }, {"(3, 28, 28)", "rank 4"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, Tensor(Shape{16, 3, 9})); }, {"(16, 3, 9)", "rank 4"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, Tensor(Shape{15})); }, {"(15)", "(16)", "(16, 3, 3, 3)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, Tensor(Shape{1, 16})); }, {"(1, 16)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, std::nullopt, {.stride = {0, 1}}); }, {"stride (0, 1)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, std::nullopt, {.dilation = {1, 0}}); }, {"dilation (1, 0)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(Tensor(Shape{1, 3, 4, 4}), w, std::nullopt, {.dilation = {2, 2}}); },
+                                         {"(1, 3, 4, 4)", "(5, 5)", "(16, 3, 3, 3)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, Tensor(Shape{16, 3, 0, 3})); }, {"(16, 3, 0, 3)"})));
+    BOOST_CHECK_THROW(conv2d(x, w.to(Dtype::float16)), dtype_error);
+    BOOST_CHECK_THROW(conv2d(x, w, Tensor(Shape{16}, Dtype::bfloat16)), dtype_error);
+
+    BOOST_TEST((throws_with<shape_error>([&] { max_pool2d(Tensor(Shape{3, 4, 4}), {2, 2}); }, {"(3, 4, 4)", "rank 4"})));
+    BOOST_TEST((throws_with<shape_error>([&] { avg_pool2d(x, {2, 2}, {1, 1}, {2, 0}); }, {"(8, 3, 28, 28)", "padding (2, 0)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { max_pool2d(Tensor(Shape{1, 1, 2, 5}), {3, 3}); }, {"(1, 1, 2, 5)", "(3, 3)"})));
+    BOOST_TEST((throws_with<shape_error>([&] { avg_pool2d(x, {0, 2}); }, {"kernel (0, 2)"})));
+}

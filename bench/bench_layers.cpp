@@ -1,0 +1,130 @@
+// Forward + backward of a Dense layer and of conv2d through the tape, in float32, float16 and bfloat16,
+// next to the library calls they are made of, measured in the same run: the three GEMMs of each layer
+// (forward, input gradient, weight gradient) on ready buffers, with OpenBLAS sgemm for the float32 and
+// float16 rows and oneDNN's bfloat16 matmul for the bfloat16 rows. The floor: a layer takes at most 1.25×
+// the time of its GEMMs (bench/report.py prints the ratios).
+//
+// Names: layer/<dense|conv2d>/<dtype>, peer/<dense|conv2d>/<sgemm|onednn>.
+
+#include <mixprec/mixprec.hpp>
+
+#include "autodiff/matmul_kernels.hpp"
+
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace mixprec::autodiff;
+
+struct Gemm {
+    std::size_t m, k, n;
+    bool ta, tb;
+};
+
+// Dense 784 -> 512 at batch 128: y = x W + b, dx = dy Wᵀ, dW = xᵀ dy.
+const std::vector<Gemm> dense_gemms{{128, 784, 512, false, false}, {128, 512, 784, false, true}, {784, 128, 512, true, false}};
+// conv2d (128, 32, 13, 13) * (64, 32, 3, 3) -> (128, 64, 11, 11) as im2col GEMMs over P = 128·11·11 rows
+// and K = 32·3·3 columns: forward, weight gradient, column gradient.
+constexpr std::size_t P = 128 * 11 * 11, K = 32 * 3 * 3;
+const std::vector<Gemm> conv_gemms{{P, K, 64, false, true}, {64, P, K, true, false}, {P, 64, K, false, false}};
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(gen);
+    return v;
+}
+
+void bm_peer_sgemm(benchmark::State& state, std::vector<Gemm> gemms) {
+    std::vector<std::vector<float>> a, b, c;
+    for (const Gemm& g : gemms) {
+        a.push_back(random_floats(g.m * g.k, 1));
+        b.push_back(random_floats(g.k * g.n, 2));
+        c.emplace_back(g.m * g.n);
+    }
+    for (auto _ : state)
+        for (std::size_t i = 0; i < gemms.size(); ++i) {
+            const Gemm& g = gemms[i];
+            cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, int(g.m),
+                        int(g.n), int(g.k), 1.0f, a[i].data(), int(g.ta ? g.m : g.k), b[i].data(),
+                        int(g.tb ? g.k : g.n), 0.0f, c[i].data(), int(g.n));
+            benchmark::DoNotOptimize(c[i].data());
+        }
+}
+
+void bm_peer_onednn(benchmark::State& state, std::vector<Gemm> gemms) {
+    std::vector<Tensor> a, b;
+    std::vector<std::vector<float>> c;
+    for (const Gemm& g : gemms) {
+        a.push_back(Tensor::from_floats(Shape{g.m * g.k}, random_floats(g.m * g.k, 1), Dtype::bfloat16));
+        b.push_back(Tensor::from_floats(Shape{g.k * g.n}, random_floats(g.k * g.n, 2), Dtype::bfloat16));
+        c.emplace_back(g.m * g.n);
+    }
+    for (auto _ : state)
+        for (std::size_t i = 0; i < gemms.size(); ++i) {
+            const Gemm& g = gemms[i];
+            detail::onednn_matmul_bf16({1, g.m, g.n, g.k, g.ta, g.tb, false}, a[i].raw(), b[i].raw(), c[i].data());
+            benchmark::DoNotOptimize(c[i].data());
+        }
+}
+
+void bm_dense(benchmark::State& state, Dtype dtype) {
+    const Tensor x = Tensor::from_floats(Shape{128, 784}, random_floats(128 * 784, 3), dtype);
+    const Tensor w = Tensor::from_floats(Shape{784, 512}, random_floats(784 * 512, 4), dtype);
+    const Tensor b = Tensor::from_floats(Shape{512}, random_floats(512, 5), dtype);
+    for (auto _ : state) {
+        GradientTape tape;
+        for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+        const Tensor y = matmul(x, w) + b;
+        auto grads = tape.gradient(y, {x, w, b}); // dy = ones
+        benchmark::DoNotOptimize(grads[1].raw());
+    }
+}
+
+void bm_conv(benchmark::State& state, Dtype dtype) {
+    const Tensor x = Tensor::from_floats(Shape{128, 32, 13, 13}, random_floats(128 * 32 * 13 * 13, 6), dtype);
+    const Tensor w = Tensor::from_floats(Shape{64, 32, 3, 3}, random_floats(64 * 32 * 9, 7), dtype);
+    const Tensor b = Tensor::from_floats(Shape{64}, random_floats(64, 8), dtype);
+    for (auto _ : state) {
+        GradientTape tape;
+        for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+        const Tensor y = conv2d(x, w, b);
+        auto grads = tape.gradient(y, {x, w, b});
+        benchmark::DoNotOptimize(grads[1].raw());
+    }
+}
+
+void configure(benchmark::internal::Benchmark* b) {
+    b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Repetitions(7)->DisplayAggregatesOnly(true);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    int threads = static_cast<int>(std::thread::hardware_concurrency());
+    if (const char* env = std::getenv("MIXPREC_BENCH_THREADS")) threads = std::atoi(env);
+    set_blas_threads(threads < 1 ? 1 : threads);
+    benchmark::AddCustomContext("mixprec_blas_threads", std::to_string(threads < 1 ? 1 : threads));
+
+    for (const auto& [name, gemms] : {std::pair{"dense", dense_gemms}, std::pair{"conv2d", conv_gemms}}) {
+        configure(benchmark::RegisterBenchmark((std::string("peer/") + name + "/sgemm").c_str(), bm_peer_sgemm, gemms));
+        if (has_avx512_bf16())
+            configure(benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
+        for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
+            configure(benchmark::RegisterBenchmark((std::string("layer/") + name + "/" + std::string(name_of(d))).c_str(),
+                                                   std::string(name) == "dense" ? bm_dense : bm_conv, d));
+    }
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
