@@ -4,7 +4,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # What building mixprec needs, as Debian 12 packages. oneDNN's CMake package wants OpenCL.
-build_packages=(g++ cmake ninja-build ccache xtensor-dev libxsimd-dev libcereal-dev libopenblas-dev
+build_packages=(g++ cmake ninja-build ccache xtensor-dev libxsimd-dev libcereal-dev libopenblas-dev libopenblas-openmp-dev
                 libdnnl-dev ocl-icd-opencl-dev zlib1g-dev libcli11-dev libbenchmark-dev)
 
 as_root() {
