@@ -25,3 +25,8 @@
 #include "autodiff/tape.hpp"
 #include "autodiff/tensor_xt.hpp"
 #include "autodiff/variable.hpp"
+
+#include "optim/adam.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
+#include "optim/sgd.hpp"

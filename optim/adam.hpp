@@ -1,0 +1,4 @@
+#pragma once
+/// (being written)
+
+namespace mixprec::optim {} // namespace mixprec::optim
