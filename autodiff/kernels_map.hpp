@@ -23,7 +23,7 @@ inline std::byte* bytes_at(Tensor& t, std::size_t element) {
 /// out[i] = f(x[i]) in x's dtype.
 template <class F>
 Tensor map(const Tensor& x, F f) {
-    Tensor out(x.shape(), x.dtype());
+    Tensor out = Tensor::uninitialized(x.shape(), x.dtype());
     std::array<float, chunk> u;
     for (std::size_t i = 0; i < x.size(); i += chunk) {
         const std::size_t n = std::min(chunk, x.size() - i);
@@ -38,7 +38,7 @@ Tensor map(const Tensor& x, F f) {
 template <class F>
 Tensor zip(const Tensor& a, const Tensor& b, Dtype dtype, F f) {
     check_same_shape(a, b, "elementwise");
-    Tensor out(a.shape(), dtype);
+    Tensor out = Tensor::uninitialized(a.shape(), dtype);
     std::array<float, chunk> u, v;
     for (std::size_t i = 0; i < a.size(); i += chunk) {
         const std::size_t n = std::min(chunk, a.size() - i);
@@ -55,7 +55,7 @@ template <class F>
 Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Dtype dtype, F f) {
     check_same_shape(a, b, "elementwise");
     check_same_shape(a, c, "elementwise");
-    Tensor out(a.shape(), dtype);
+    Tensor out = Tensor::uninitialized(a.shape(), dtype);
     std::array<float, chunk> u, v, w;
     for (std::size_t i = 0; i < a.size(); i += chunk) {
         const std::size_t n = std::min(chunk, a.size() - i);

@@ -72,7 +72,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options) 
 
     const detail::gemm_shape s{da.batch, da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
                                db.batched};
-    Tensor out(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, a.dtype());
+    Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, a.dtype());
     if (out.size() == 0) return out;
 
     const bool bf16 = a.dtype() == Dtype::bfloat16;

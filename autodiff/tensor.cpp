@@ -11,9 +11,9 @@ namespace {
 
 constexpr std::align_val_t alignment{64};
 
-std::shared_ptr<std::byte[]> allocate(std::size_t bytes) {
+std::shared_ptr<std::byte[]> allocate(std::size_t bytes, bool zero) {
     auto* p = static_cast<std::byte*>(::operator new(bytes, alignment));
-    std::memset(p, 0, bytes);
+    if (zero) std::memset(p, 0, bytes);
     return {p, [](std::byte* q) { ::operator delete(q, alignment); }};
 }
 
@@ -25,13 +25,18 @@ std::uint64_t next_id() {
 } // namespace
 
 Tensor::Tensor(const Shape& shape, Dtype dtype)
-    : shape_(shape), dtype_(dtype), storage_(allocate(shape.elements() * size_of(dtype))), id_(next_id()) {}
+    : shape_(shape), dtype_(dtype), storage_(allocate(shape.elements() * size_of(dtype), true)), id_(next_id()) {}
+
+Tensor::Tensor(const Shape& shape, Dtype dtype, no_fill)
+    : shape_(shape), dtype_(dtype), storage_(allocate(shape.elements() * size_of(dtype), false)), id_(next_id()) {}
+
+Tensor Tensor::uninitialized(const Shape& shape, Dtype dtype) { return Tensor(shape, dtype, no_fill{}); }
 
 Tensor Tensor::from_floats(const Shape& shape, std::span<const float> values, Dtype dtype) {
     if (values.size() != shape.elements())
         throw shape_error("Tensor::from_floats: " + std::to_string(values.size()) + " values for shape " +
                           shape.to_string() + ", which holds " + std::to_string(shape.elements()));
-    Tensor t(shape, dtype);
+    Tensor t = uninitialized(shape, dtype);
     narrow(values.data(), t.raw(), values.size(), dtype);
     return t;
 }
@@ -43,7 +48,7 @@ Tensor Tensor::full(const Shape& shape, float value, Dtype dtype) {
 
 Tensor Tensor::to(Dtype dtype) const {
     if (dtype == dtype_) return *this;
-    Tensor out(shape_, dtype);
+    Tensor out = uninitialized(shape_, dtype);
     if (dtype_ == Dtype::float32) {
         narrow(static_cast<const float*>(raw()), out.raw(), size(), dtype);
     } else if (dtype == Dtype::float32) {
@@ -56,7 +61,7 @@ Tensor Tensor::to(Dtype dtype) const {
 }
 
 Tensor Tensor::clone() const {
-    Tensor out(shape_, dtype_);
+    Tensor out = uninitialized(shape_, dtype_);
     std::memcpy(out.raw(), raw(), nbytes());
     return out;
 }

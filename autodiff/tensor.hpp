@@ -27,6 +27,9 @@ class Tensor {
     /// Zeros of the given shape and dtype.
     explicit Tensor(const Shape& shape, Dtype dtype = Dtype::float32);
 
+    /// Storage of the given shape and dtype with unspecified contents, for code that writes every element
+    /// before anything reads it (kernels); everything else should use the zero-filling constructor.
+    static Tensor uninitialized(const Shape& shape, Dtype dtype = Dtype::float32);
     /// `values` (row-major, shape.elements() of them) rounded once to `dtype`.
     static Tensor from_floats(const Shape& shape, std::span<const float> values, Dtype dtype = Dtype::float32);
     /// Every element = round(value).
@@ -78,6 +81,8 @@ class Tensor {
     std::string description() const;
 
   private:
+    struct no_fill {};
+    Tensor(const Shape& shape, Dtype dtype, no_fill);
     std::size_t offset_of(std::initializer_list<std::size_t> index) const;
     void check_element_type(Dtype requested) const;
 
