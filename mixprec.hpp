@@ -30,3 +30,5 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "optim/sgd.hpp"
+
+#include "amp/loss_scale.hpp"

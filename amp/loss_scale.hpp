@@ -1,0 +1,113 @@
+#pragma once
+/// Dynamic loss scaling: the rule that moves the scale after each step, with presets that reproduce the
+/// rules of the libraries people come from. One call per optimizer step: update(finite), where `finite`
+/// says whether every gradient of the step was finite.
+///
+/// | rule      | on a finite step                                    | on an overflow                                        |
+/// |-----------|-----------------------------------------------------|-------------------------------------------------------|
+/// | mixprec   | c += 1; at c = N: s·g if finite and ≤ max; c = 0;   | c = 0; h -= 1; at h = 0: s = max(s·b, min)            |
+/// |           | h = hysteresis (refilled on every finite step)      | (so `hysteresis` consecutive overflows back off once, |
+/// |           |                                                     |  and each further one backs off again)               |
+/// | keras     | at c = N-1: s·2, c = 0; else c += 1 (no cap)        | c = 0; s / 2 (no floor)                               |
+/// | tf_keras  | at c+1 ≥ N: s·2 if finite, c = 0; else c += 1       | c = 0; s = max(s / 2, 1)                              |
+/// | pytorch   | c += 1; at c = N: s·g if finite, c = 0              | s·b; c = 0 (no floor)                                 |
+/// | deepspeed | grows when (i - last_overflow - 1) > 0 and is a      | if h = 1: s = max(s / 2, min) (raise at min if asked);|
+/// |           | multiple of N ((N+1)-th clean step); h refilled on  | else h -= 1; last_overflow = i                        |
+/// |           | growth (or every clean step: consecutive_hysteresis)| (i counts every step)                                 |
+/// | megatron  | c += 1; at c = N: c = 0, h = hysteresis, s·g        | c = 0; h -= 1; at h ≤ 0: s = max(s·b, min)            |
+/// | cerebras  | n += 1; n > N: s·2, n = o = 0                       | n += 1, o += 1; o/n > tolerance: s / 2, n = o = 0     |
+/// |           | then s = clamp(s, min, max) after every step        |                                                       |
+/// | ascend    | at good+1 ≥ N: s·g if s < 3.4e38/g, good = bad = 0; | at bad+1 ≥ decr_every_n: s = max(1, s·b),             |
+/// |           | else good += 1 (bad is kept: cumulative)            | good = bad = 0; else bad += 1, good = 0               |
+///
+/// (s scale, c growth counter, N growth_interval, g growth_factor, b backoff_factor, h hysteresis counter.)
+/// A fixed scale (dynamic = false) never moves. The scale is a float32, as in Keras, TF and PyTorch.
+///
+/// One guard applies to every rule: the scale stays finite and positive. A growth whose result would
+/// not be finite leaves the scale where it is, and no backoff takes it below 2^-126 (the smallest normal
+/// float32). Keras 3, DeepSpeed and Megatron have no such guard and would reach infinity (or zero) there;
+/// that is the only way a preset's sequence can differ from its library's.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mixprec::amp {
+
+enum class ScaleRule : std::uint8_t { mixprec, keras, tf_keras, pytorch, deepspeed, megatron, cerebras, ascend };
+
+/// What happens when a step overflows while the scale already sits at min_scale.
+enum class AtMinScale : std::uint8_t {
+    keep_going, ///< skip the step and carry on (the scale stays at min_scale)
+    raise,      ///< throw loss_scale_error saying what to try
+};
+
+struct LossScaleOptions {
+    ScaleRule rule = ScaleRule::mixprec;
+    bool dynamic = true;                 ///< false: the scale stays initial_scale
+    float initial_scale = 32768.0f;      ///< 2^15
+    std::int64_t growth_interval = 2000; ///< N: finite steps between growths
+    float growth_factor = 2.0f;          ///< > 1
+    float backoff_factor = 0.5f;         ///< in (0, 1)
+    std::int64_t hysteresis = 1;         ///< overflows it takes to back off once (1: every overflow)
+    bool consecutive_hysteresis = false; ///< deepspeed: refill hysteresis on every finite step
+    float min_scale = 1.0f;              ///< backoff floor (rules that have one)
+    float max_scale = 16777216.0f;       ///< growth cap, 2^24 (rules that have one)
+    AtMinScale at_min_scale = AtMinScale::keep_going;
+    double overflow_tolerance = 0.0;     ///< cerebras: fraction of overflowing steps tolerated
+    std::int64_t decrease_every = 2;     ///< ascend: overflows (cumulative) per backoff
+};
+
+/// The options that reproduce a library's rule and defaults: "mixprec", "keras", "tf_keras", "pytorch",
+/// "deepspeed", "megatron", "cerebras", "ascend". std::invalid_argument lists the names otherwise.
+LossScaleOptions loss_scale_preset(std::string_view name);
+std::vector<std::string_view> loss_scale_preset_names();
+std::string_view name_of(ScaleRule rule);
+
+/// Thrown by update() when at_min_scale is raise and the scale cannot go lower.
+class loss_scale_error : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Everything the rules keep between steps: saved and restored whole by checkpoints.
+struct LossScaleState {
+    float scale = 1.0f;
+    std::int64_t growth_counter = 0;       ///< c (good steps for ascend, steps since rescale for cerebras)
+    std::int64_t hysteresis_left = 1;      ///< h
+    std::int64_t iteration = 0;            ///< steps seen (deepspeed's cur_iter)
+    std::int64_t last_overflow = -1;       ///< deepspeed's last_overflow_iter
+    std::int64_t overflows_counted = 0;    ///< cerebras' overflows since rescale, ascend's bad steps
+    float unclamped_scale = 1.0f;          ///< cerebras: the scale before clamping
+    std::int64_t growths = 0;              ///< times the scale grew
+    std::int64_t backoffs = 0;             ///< times the scale backed off
+    friend bool operator==(const LossScaleState&, const LossScaleState&) = default;
+};
+
+class LossScale {
+  public:
+    /// Validates every option (std::invalid_argument naming the option and its value).
+    explicit LossScale(LossScaleOptions options = {});
+
+    float scale() const { return state_.scale; }
+    const LossScaleOptions& options() const { return options_; }
+    const LossScaleState& state() const { return state_; }
+    void set_state(const LossScaleState& state);
+
+    /// Moves the scale after one step whose gradients were all finite (or not).
+    void update(bool finite);
+
+    std::int64_t growth_count() const { return state_.growths; }
+    std::int64_t backoff_count() const { return state_.backoffs; }
+
+  private:
+    void grow();
+    void back_off(float floor);
+
+    LossScaleOptions options_;
+    LossScaleState state_;
+};
+
+} // namespace mixprec::amp
