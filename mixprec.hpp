@@ -32,3 +32,6 @@
 #include "optim/sgd.hpp"
 
 #include "amp/loss_scale.hpp"
+#include "amp/loss_scale_optimizer.hpp"
+#include "amp/policy.hpp"
+#include "amp/unscale.hpp"

@@ -99,6 +99,16 @@ void LossScale::back_off(float floor) {
 
 void LossScale::update(bool finite) {
     if (!options_.dynamic) return;
+    const LossScaleState before = state_; // a raise at min_scale leaves the state as it was
+    try {
+        step(finite);
+    } catch (...) {
+        state_ = before;
+        throw;
+    }
+}
+
+void LossScale::step(bool finite) {
     LossScaleState& s = state_;
     const LossScaleOptions& o = options_;
     const std::int64_t n = o.growth_interval;

@@ -103,6 +103,7 @@ class LossScale {
     std::int64_t backoff_count() const { return state_.backoffs; }
 
   private:
+    void step(bool finite);
     void grow();
     void back_off(float floor);
 

@@ -1,3 +1,6 @@
 # Sources of mixprec::amp: loss-scale rules, the LossScaleOptimizer and dtype policies.
 target_sources(mixprec PRIVATE
-  amp/loss_scale.cpp)
+  amp/loss_scale.cpp
+  amp/unscale.cpp
+  amp/policy.cpp
+  amp/loss_scale_optimizer.cpp)

@@ -1,1 +1,63 @@
 #include "adam.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace mixprec::optim {
+
+namespace {
+void require(bool ok, const char* who, const char* what, float value) {
+    if (ok) return;
+    std::ostringstream message;
+    message << who << ": " << what << " (got " << value << ")";
+    throw std::invalid_argument(message.str());
+}
+} // namespace
+
+Adam::Adam(Options options) : Adam(std::move(options), 0.0f, "Adam") {}
+
+Adam::Adam(Options options, float weight_decay, const char* who)
+    : SlotOptimizer(options.learning_rate, options.clip), options_(std::move(options)), weight_decay_(weight_decay) {
+    require(options_.beta1 >= 0 && options_.beta1 < 1, who, "beta1 must be in [0, 1)", options_.beta1);
+    require(options_.beta2 >= 0 && options_.beta2 < 1, who, "beta2 must be in [0, 1)", options_.beta2);
+    require(std::isfinite(options_.epsilon) && options_.epsilon >= 0, who, "epsilon must be finite and >= 0",
+            options_.epsilon);
+    require(std::isfinite(weight_decay) && weight_decay >= 0, who, "weight_decay must be finite and >= 0",
+            weight_decay);
+}
+
+std::vector<std::string> Adam::slot_names() const {
+    if (options_.amsgrad) return {"m", "v", "v_max"};
+    return {"m", "v"};
+}
+
+void Adam::update(std::size_t index, std::span<float> w, std::span<const float> g, float lr, std::int64_t step) {
+    const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.epsilon;
+    const double t = double(step);
+    const float step_size = float(double(lr) / (1.0 - std::pow(double(b1), t)));
+    const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(b2), t)));
+    const float decay = 1.0f - lr * weight_decay_;
+    std::span<float> m = slot(0, index), v = slot(1, index);
+    std::span<float> v_max = options_.amsgrad ? slot(2, index) : v;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+        if (weight_decay_ > 0) w[i] *= decay;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        if (options_.amsgrad) v_max[i] = std::max(v_max[i], v[i]);
+        w[i] -= step_size * m[i] / (std::sqrt(v_max[i]) / bc2_sqrt + eps);
+    }
+}
+
+AdamW::AdamW(Options o)
+    : Adam({.learning_rate = o.learning_rate, .beta1 = o.beta1, .beta2 = o.beta2, .epsilon = o.epsilon,
+            .amsgrad = o.amsgrad, .clip = o.clip},
+           o.weight_decay, "AdamW"),
+      options_(std::move(o)) {}
+
+Adam::Adam() : Adam(Options{}) {}
+
+AdamW::AdamW() : AdamW(Options{}) {}
+
+} // namespace mixprec::optim

@@ -1,1 +1,138 @@
 #include "optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace mixprec::optim {
+
+namespace {
+std::string quoted(const Variable& v) { return "'" + v.name() + "'"; }
+
+double squared_norm(const std::vector<float>& g) {
+    double sum = 0;
+    for (float x : g) sum += double(x) * double(x);
+    return sum;
+}
+
+void scale_if_above(std::vector<float>& g, double norm, double c) {
+    if (!(norm > c)) return; // also leaves a NaN norm alone: non-finite gradients are not ours to fix
+    const float factor = float(c / norm);
+    for (float& x : g) x *= factor;
+}
+} // namespace
+
+void validate(const Clipping& clip) {
+    const int set = int(clip.clipnorm.has_value()) + int(clip.global_clipnorm.has_value()) + int(clip.clipvalue.has_value());
+    if (set > 1) throw std::invalid_argument("Clipping: set at most one of clipnorm, global_clipnorm and clipvalue");
+    auto check = [](const std::optional<float>& c, const char* name) {
+        if (c && !(std::isfinite(*c) && *c > 0)) {
+            std::ostringstream message;
+            message << "Clipping: " << name << " must be finite and > 0 (got " << *c << ")";
+            throw std::invalid_argument(message.str());
+        }
+    };
+    check(clip.clipnorm, "clipnorm");
+    check(clip.global_clipnorm, "global_clipnorm");
+    check(clip.clipvalue, "clipvalue");
+}
+
+void clip_gradients(const Clipping& clip, std::vector<std::vector<float>>& grads) {
+    if (clip.clipnorm) {
+        for (auto& g : grads) scale_if_above(g, std::sqrt(squared_norm(g)), *clip.clipnorm);
+    } else if (clip.global_clipnorm) {
+        double sum = 0;
+        for (const auto& g : grads) sum += squared_norm(g);
+        for (auto& g : grads) scale_if_above(g, std::sqrt(sum), *clip.global_clipnorm);
+    } else if (clip.clipvalue) {
+        const float c = *clip.clipvalue;
+        for (auto& g : grads)
+            for (float& x : g) x = std::clamp(x, -c, c);
+    }
+}
+
+SlotOptimizer::SlotOptimizer(LearningRate learning_rate, Clipping clip) : learning_rate_(std::move(learning_rate)), clip_(clip) {
+    validate(clip_);
+}
+
+bool Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& variables) {
+    if (grads.size() != variables.size())
+        throw std::invalid_argument("Optimizer::apply: " + std::to_string(grads.size()) + " gradients for " +
+                                    std::to_string(variables.size()) + " variables");
+    std::vector<std::vector<float>> floats(grads.size());
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (grads[i].shape() != variables[i].shape())
+            throw std::invalid_argument("Optimizer::apply: the gradient of variable " + quoted(variables[i]) +
+                                        " has shape " + grads[i].shape().to_string() + ", the variable has shape " +
+                                        variables[i].shape().to_string());
+        floats[i] = grads[i].to_floats();
+    }
+    return apply_float32(floats, variables);
+}
+
+bool SlotOptimizer::apply_float32(std::vector<std::vector<float>>& grads, const std::vector<Variable>& variables) {
+    if (grads.size() != variables.size())
+        throw std::invalid_argument("Optimizer::apply: " + std::to_string(grads.size()) + " gradients for " +
+                                    std::to_string(variables.size()) + " variables");
+    for (std::size_t i = 0; i < grads.size(); ++i)
+        if (grads[i].size() != variables[i].value().size())
+            throw std::invalid_argument("Optimizer::apply: the gradient of variable " + quoted(variables[i]) + " has " +
+                                        std::to_string(grads[i].size()) + " elements, the variable has " +
+                                        std::to_string(variables[i].value().size()));
+    check_or_build(variables);
+    clip_gradients(clip_, grads);
+    const float lr = learning_rate_.at(iterations_);
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+        Variable v = variables[i]; // a handle to the same variable; master_data() needs a non-const one
+        update(i, v.master_data(), grads[i], lr, iterations_ + 1);
+        v.mark_changed();
+    }
+    ++iterations_;
+    return true;
+}
+
+void SlotOptimizer::build(const std::vector<Variable>& variables) { check_or_build(variables); }
+
+void SlotOptimizer::check_or_build(const std::vector<Variable>& variables) {
+    if (!built_) {
+        names_ = slot_names();
+        for (const Variable& v : variables) sizes_.push_back(v.value().size());
+        slots_.assign(names_.size(), {});
+        for (auto& per_variable : slots_)
+            for (std::size_t n : sizes_) per_variable.emplace_back(n, 0.0f);
+        built_ = true;
+        return;
+    }
+    if (variables.size() != sizes_.size())
+        throw std::invalid_argument("Optimizer::apply: the optimizer was built for " + std::to_string(sizes_.size()) +
+                                    " variables, got " + std::to_string(variables.size()));
+    for (std::size_t i = 0; i < variables.size(); ++i)
+        if (variables[i].value().size() != sizes_[i])
+            throw std::invalid_argument("Optimizer::apply: variable " + std::to_string(i) + " " + quoted(variables[i]) +
+                                        " has " + std::to_string(variables[i].value().size()) +
+                                        " elements, the optimizer was built with " + std::to_string(sizes_[i]) +
+                                        " at that position");
+}
+
+std::vector<Optimizer::Slot> SlotOptimizer::slots() const {
+    std::vector<Slot> out;
+    for (std::size_t s = 0; s < names_.size(); ++s)
+        for (std::size_t i = 0; i < slots_[s].size(); ++i) out.push_back({names_[s], i, slots_[s][i]});
+    return out;
+}
+
+std::span<float> SlotOptimizer::slot_data(std::string_view name, std::size_t variable) {
+    const auto it = std::find(names_.begin(), names_.end(), name);
+    if (it == names_.end() || variable >= slots_[std::size_t(it - names_.begin())].size())
+        throw std::invalid_argument("Optimizer::slot_data: no slot '" + std::string(name) + "' for variable " +
+                                    std::to_string(variable) + (built_ ? "" : " (not built yet)"));
+    return slots_[std::size_t(it - names_.begin())][variable];
+}
+
+void SlotOptimizer::set_iterations(std::int64_t iterations) {
+    if (iterations < 0) throw std::invalid_argument("Optimizer::set_iterations: " + std::to_string(iterations) + " < 0");
+    iterations_ = iterations;
+}
+
+} // namespace mixprec::optim

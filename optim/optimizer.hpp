@@ -1,4 +1,129 @@
 #pragma once
-/// (being written)
+/// Optimizer: the interface of SGD, Adam and AdamW, in Keras's shape: `apply(grads, variables)`.
+///
+/// One applied step: widen every gradient to float32 → clip (optional) → lr = schedule(iterations)
+/// → update each float32 master in place → mark the variables changed (their working copies are
+/// re-rounded on the next read) → iterations += 1. Per-variable state ("slots") lives in vectors
+/// aligned by position with the variables of the first call; every later call must pass the same
+/// number of variables with the same element counts.
+///
+/// Non-finite gradients are not checked here: an inf/NaN goes into the weights and slots. Skipping such
+/// steps is the job of amp::LossScaleOptimizer, which checks before calling apply_float32.
 
-namespace mixprec::optim {} // namespace mixprec::optim
+#include "schedule.hpp"
+
+#include "../autodiff/tensor.hpp"
+#include "../autodiff/variable.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mixprec::optim {
+
+using autodiff::Tensor;
+using autodiff::Variable;
+
+/// Gradient clipping, Keras semantics; at most one is set, each finite and > 0.
+struct Clipping {
+    std::optional<float> clipnorm{};        ///< per tensor:  g ← g · c / max(‖g‖, c)
+    std::optional<float> global_clipnorm{}; ///< all tensors: g ← g · c / max(‖(g₁ … gₙ)‖, c)
+    std::optional<float> clipvalue{};       ///< per element: g ← clamp(g, -c, c)
+};
+
+/// Throws std::invalid_argument naming the option unless `clip` is valid.
+void validate(const Clipping& clip);
+/// Clips `grads` in place as `clip` says (norms are summed in double).
+void clip_gradients(const Clipping& clip, std::vector<std::vector<float>>& grads);
+
+/// The public members are virtual so that a decorator (amp::LossScaleOptimizer) can forward them.
+/// The interface every optimizer offers (SGD, Adam, AdamW, amp::LossScaleOptimizer, a user's own).
+class Optimizer {
+  public:
+    virtual ~Optimizer() = default;
+    Optimizer(const Optimizer&) = delete;
+    Optimizer& operator=(const Optimizer&) = delete;
+
+    /// Widens each gradient (any dtype, exactly) to float32 and calls apply_float32. Gradient i must
+    /// have the shape of variable i (std::invalid_argument otherwise). Returns whether the step applied.
+    virtual bool apply(const std::vector<Tensor>& grads, const std::vector<Variable>& variables);
+
+    /// One step on float32 gradients (one vector per variable, row-major), which clipping may modify.
+    /// Validates everything before changing anything: counts and sizes (std::invalid_argument naming
+    /// the variable and both sizes), and the variables against the slots built by the first call.
+    virtual bool apply_float32(std::vector<std::vector<float>>& grads, const std::vector<Variable>& variables) = 0;
+
+    /// Number of applied steps.
+    virtual std::int64_t iterations() const = 0;
+    /// The learning rate the next step will use.
+    virtual float current_learning_rate() const = 0;
+    virtual const LearningRate& learning_rate() const = 0;
+    virtual void set_learning_rate(LearningRate lr) = 0;
+
+    /// "sgd", "adam", "adamw", ...
+    virtual std::string kind() const = 0;
+
+    /// One slot of one variable, read-only (tests, checkpoints). Empty before the first step.
+    struct Slot {
+        std::string name;      ///< "momentum", "m", "v", "v_max"
+        std::size_t variable;  ///< position in the variables list
+        std::span<const float> values; // (variable's elements)
+    };
+    virtual std::vector<Slot> slots() const = 0;
+
+    /// For checkpoint loading: creates the zero slots for `variables` if not yet built (else checks
+    /// them as apply does), so that slot_data and set_iterations can then restore a saved state.
+    virtual void build(const std::vector<Variable>& variables) = 0;
+    virtual bool built() const = 0;
+    /// Writable values of slot `name` of variable `variable` (std::invalid_argument if unknown).
+    virtual std::span<float> slot_data(std::string_view name, std::size_t variable) = 0;
+    virtual void set_iterations(std::int64_t iterations) = 0;
+
+  protected:
+    Optimizer() = default;
+};
+
+/// The common machinery of SGD, Adam and AdamW: learning rate, clipping, the applied-step count and
+/// per-variable slots aligned by position. A subclass names its slots and updates one variable.
+class SlotOptimizer : public Optimizer {
+  public:
+    bool apply_float32(std::vector<std::vector<float>>& grads, const std::vector<Variable>& variables) override;
+    std::int64_t iterations() const override { return iterations_; }
+    float current_learning_rate() const override { return learning_rate_.at(iterations_); }
+    const LearningRate& learning_rate() const override { return learning_rate_; }
+    void set_learning_rate(LearningRate lr) override { learning_rate_ = std::move(lr); }
+    const Clipping& clipping() const { return clip_; }
+    std::vector<Slot> slots() const override;
+    void build(const std::vector<Variable>& variables) override;
+    bool built() const override { return built_; }
+    std::span<float> slot_data(std::string_view name, std::size_t variable) override;
+    void set_iterations(std::int64_t iterations) override;
+
+  protected:
+    SlotOptimizer(LearningRate learning_rate, Clipping clip);
+
+    /// The slot names of this optimizer, fixed for its lifetime.
+    virtual std::vector<std::string> slot_names() const = 0;
+    /// Updates variable `index` in place. `step` is 1-based (1 on the first applied step).
+    virtual void update(std::size_t index, std::span<float> weights, std::span<const float> grad, float lr,
+                        std::int64_t step) = 0;
+    /// Slot number `slot` (position in slot_names()) of variable `index`.
+    std::span<float> slot(std::size_t slot, std::size_t index) { return slots_[slot][index]; }
+
+  private:
+    void check_or_build(const std::vector<Variable>& variables);
+
+    LearningRate learning_rate_;
+    Clipping clip_;
+    std::int64_t iterations_ = 0;
+    bool built_ = false;
+    std::vector<std::string> names_;                     // slot_names(), cached at build
+    std::vector<std::size_t> sizes_;                     // element count of each variable, fixed at build
+    std::vector<std::vector<std::vector<float>>> slots_; // [slot][variable] (variable's elements)
+};
+
+} // namespace mixprec::optim

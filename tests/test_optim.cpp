@@ -3,4 +3,379 @@
 
 #include <mixprec/mixprec.hpp>
 
-BOOST_AUTO_TEST_CASE(placeholder) { BOOST_TEST(true); }
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace mixprec::autodiff;
+using namespace mixprec::optim;
+namespace tt = boost::test_tools;
+
+namespace {
+
+Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) { return Tensor::from_floats(Shape{v.size()}, v, dtype); }
+
+std::vector<Variable> make_variables() {
+    return {Variable(vec({0.5f, -1.25f, 2.0f}), "a"), Variable(vec({0.75f, -0.3f}), "b")};
+}
+
+// Gradients of (a, b) for steps 1..5.
+const std::array<std::array<std::vector<float>, 2>, 5> gradients = {{
+    {{{0.3f, -0.6f, 1.2f}, {0.9f, 0.05f}}},
+    {{{-0.2f, 0.4f, 0.8f}, {-1.5f, 0.25f}}},
+    {{{0.05f, -0.1f, 0.6f}, {0.7f, -0.45f}}},
+    {{{0.6f, 0.3f, -0.2f}, {0.02f, 0.35f}}},
+    {{{0.01f, -0.02f, 0.05f}, {-0.4f, 0.1f}}},
+}};
+
+std::vector<Tensor> step_gradients(std::size_t step, Dtype dtype = Dtype::float32) {
+    return {vec(gradients[step][0], dtype), vec(gradients[step][1], dtype)};
+}
+
+std::vector<float> weights(const std::vector<Variable>& vars) {
+    std::vector<float> out;
+    for (const auto& v : vars)
+        for (float x : v.value().to_floats()) out.push_back(x);
+    return out;
+}
+
+// Golden weights (a0, a1, a2, b0, b1) after each of 5 steps, from torch.optim (Debian python3-torch
+// 1.13.1, float32 tensors), with lr schedules and clipping computed explicitly in the script as Keras 3
+// defines them. The script (kept out of the repo) is, in essence:
+//   params = [torch.tensor(a0), torch.tensor(b0)];  opt = torch.optim.<Opt>(params, eps=1e-7, ...)
+//   for step, (ga, gb) in enumerate(gradients):
+//       opt.param_groups[0]["lr"] = lr(step)      # Keras formulas in double:
+//           # exponential: initial * rate ** (step / decay_steps), floor() when staircase
+//           # cosine: warmup (target - initial) * step / W + initial while step < W, then
+//           #   target * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step - W, D) / D)) + alpha)
+//       grads = clip([ga, gb])                    # Keras formulas, float32 torch ops:
+//           # clipnorm: g * c / max(||g||, c);  global: g * c * min(1 / ||all||, 1 / c);  value: clamp
+//       p.grad = g for each;  opt.step();  print every weight with "%.9g"
+// Tolerance: 1e-6 relative (~8 float32 ulps: torch and we round differently, e.g. torch's lerp for m
+// and its float32 norms versus our double norm sums).
+using Expected = std::array<std::array<float, 5>, 5>;
+
+void check_golden(Optimizer& opt, const Expected& expected) {
+    auto vars = make_variables();
+    for (std::size_t step = 0; step < 5; ++step) {
+        BOOST_TEST_CONTEXT("step " << step + 1) {
+            BOOST_TEST(opt.apply(step_gradients(step), vars));
+            const std::vector<float> want(expected[step].begin(), expected[step].end());
+            BOOST_TEST(weights(vars) == want, tt::tolerance(1e-6f) << tt::per_element());
+        }
+    }
+    BOOST_TEST(opt.iterations() == 5);
+}
+
+std::string message_of(auto&& f) {
+    try {
+        f();
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    return "(no std::invalid_argument thrown)";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const Expected sgd_plain = {{
+    {0.469999999f, -1.20000005f, 1.95000005f, 0.699999988f, -0.305000007f},
+    {0.49000001f, -1.24000001f, 1.9000001f, 0.75f, -0.330000013f},
+    {0.485000014f, -1.23000002f, 1.85000014f, 0.699999988f, -0.285000026f},
+    {0.435000002f, -1.25999999f, 1.87000012f, 0.698000014f, -0.320000023f},
+    {0.434000015f, -1.25800002f, 1.86500013f, 0.738000035f, -0.330000013f},
+}};
+const Expected sgd_momentum = {{
+    {0.489089102f, -1.22817826f, 1.95635641f, 0.704999983f, -0.30250001f},
+    {0.489269286f, -1.22853863f, 1.87707722f, 0.713819683f, -0.312969953f},
+    {0.486931473f, -1.22386301f, 1.77572596f, 0.686757386f, -0.299892902f},
+    {0.454827428f, -1.2346549f, 1.69450974f, 0.661401331f, -0.305623561f},
+    {0.425433785f, -1.24336767f, 1.6189152f, 0.658580899f, -0.315781146f},
+}};
+const Expected sgd_nesterov = {{
+    {0.47536388f, -1.20072782f, 1.90145552f, 0.676091671f, -0.304106027f},
+    {0.481811106f, -1.21362233f, 1.80559051f, 0.763863742f, -0.324574381f},
+    {0.475710332f, -1.20142078f, 1.70193267f, 0.720392227f, -0.29200086f},
+    {0.418829709f, -1.22265959f, 1.66100645f, 0.711815059f, -0.315442055f},
+    {0.396425217f, -1.22585058f, 1.61576545f, 0.74175328f, -0.329195023f},
+}};
+const Expected sgd_weight_decay_exponential = {{
+    {0.465000004f, -1.17750001f, 1.86000001f, 0.652499974f, -0.302000016f},
+    {0.463479728f, -1.17182553f, 1.74078178f, 0.719480693f, -0.318249345f},
+    {0.458124816f, -1.1589601f, 1.65992785f, 0.704564512f, -0.299903095f},
+    {0.433398664f, -1.16092062f, 1.63254404f, 0.696092725f, -0.304730773f},
+    {0.423323154f, -1.15821147f, 1.61753106f, 0.701357245f, -0.308175772f},
+}};
+const Expected adam_plain = {{
+    {0.49000001f, -1.24000001f, 1.99000001f, 0.74000001f, -0.309999973f},
+    {0.48820895f, -1.23820901f, 1.980389f, 0.742603064f, -0.318687826f},
+    {0.485449642f, -1.23544967f, 1.97065461f, 0.740700245f, -0.314727396f},
+    {0.479215533f, -1.23686147f, 1.96392798f, 0.739045978f, -0.315671533f},
+    {0.473861545f, -1.23784876f, 1.95799029f, 0.739427388f, -0.317389488f},
+}};
+const Expected adam_amsgrad_cosine_warmup = {{
+    {0.5f, -1.25f, 2.0f, 0.75f, -0.300000012f},
+    {0.498554796f, -1.24855483f, 1.99000001f, 0.750526309f, -0.308610469f},
+    {0.494585305f, -1.24458528f, 1.97035456f, 0.744492233f, -0.304052263f},
+    {0.485575676f, -1.24569154f, 1.95942402f, 0.740528047f, -0.306706607f},
+    {0.482333273f, -1.24599326f, 1.95541573f, 0.740204334f, -0.308196723f},
+}};
+const Expected adamw_clipnorm = {{
+    {0.489500016f, -1.23874998f, 1.98800004f, 0.739250004f, -0.309700012f},
+    {0.489101142f, -1.23760188f, 1.9760443f, 0.739494026f, -0.318458796f},
+    {0.48761633f, -1.23536849f, 1.96430695f, 0.736459911f, -0.314671576f},
+    {0.481565773f, -1.23600376f, 1.95530295f, 0.733766794f, -0.315475971f},
+    {0.476301402f, -1.23618555f, 1.94719839f, 0.732835531f, -0.316997528f},
+}};
+const Expected adamw_defaults_exponential_staircase = {{
+    {0.489980012f, -1.23995006f, 1.98992002f, 0.739970028f, -0.309987992f},
+    {0.488515198f, -1.2384553f, 1.98013687f, 0.742875993f, -0.318586051f},
+    {0.487513036f, -1.23743808f, 1.97540712f, 0.742727101f, -0.317440122f},
+    {0.484596938f, -1.2377702f, 1.97192633f, 0.742571592f, -0.318290025f},
+    {0.483344495f, -1.23787391f, 1.97040963f, 0.742789626f, -0.318859965f},
+}};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(golden)
+
+BOOST_AUTO_TEST_CASE(sgd_plain_clipvalue) {
+    SGD opt({.learning_rate = 0.1f, .clip = {.clipvalue = 0.5f}});
+    check_golden(opt, ::sgd_plain);
+}
+
+BOOST_AUTO_TEST_CASE(sgd_momentum_clipnorm) {
+    SGD opt({.learning_rate = 0.05f, .momentum = 0.9f, .clip = {.clipnorm = 1.0f}});
+    check_golden(opt, ::sgd_momentum);
+}
+
+BOOST_AUTO_TEST_CASE(sgd_nesterov_global_clipnorm) {
+    SGD opt({.learning_rate = 0.05f, .momentum = 0.8f, .nesterov = true, .clip = {.global_clipnorm = 1.5f}});
+    check_golden(opt, ::sgd_nesterov);
+}
+
+BOOST_AUTO_TEST_CASE(sgd_weight_decay_exponential_decay) {
+    auto lr = std::make_shared<ExponentialDecay>(ExponentialDecay::Options{.initial = 0.1f, .decay_steps = 2, .decay_rate = 0.5f});
+    SGD opt({.learning_rate = lr, .momentum = 0.5f, .weight_decay = 0.1f});
+    check_golden(opt, ::sgd_weight_decay_exponential);
+}
+
+BOOST_AUTO_TEST_CASE(adam_global_clipnorm) {
+    Adam opt({.learning_rate = 0.01f, .clip = {.global_clipnorm = 1.0f}});
+    check_golden(opt, ::adam_plain);
+}
+
+BOOST_AUTO_TEST_CASE(adam_amsgrad_cosine_warmup_clipvalue) {
+    auto lr = std::make_shared<CosineDecay>(CosineDecay::Options{
+        .initial = 0.0f, .decay_steps = 3, .alpha = 0.1f, .warmup_steps = 2, .warmup_target = 0.02f});
+    Adam opt({.learning_rate = lr, .amsgrad = true, .clip = {.clipvalue = 0.8f}});
+    check_golden(opt, ::adam_amsgrad_cosine_warmup);
+}
+
+BOOST_AUTO_TEST_CASE(adamw_clipnorm) {
+    AdamW opt({.learning_rate = 0.01f, .clip = {.clipnorm = 1.0f}, .weight_decay = 0.1f});
+    check_golden(opt, ::adamw_clipnorm);
+}
+
+BOOST_AUTO_TEST_CASE(adamw_defaults_exponential_staircase) {
+    auto lr = std::make_shared<ExponentialDecay>(
+        ExponentialDecay::Options{.initial = 0.01f, .decay_steps = 2, .decay_rate = 0.5f, .staircase = true});
+    AdamW opt({.learning_rate = lr}); // weight_decay 0.004, epsilon 1e-7: the Keras defaults
+    check_golden(opt, ::adamw_defaults_exponential_staircase);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Schedule values from the same script (Keras 3 formulas in double).
+BOOST_AUTO_TEST_CASE(schedule_values, *boost::unit_test::tolerance(1e-6f)) {
+    const ExponentialDecay exp({.initial = 0.1f, .decay_steps = 2, .decay_rate = 0.5f});
+    const ExponentialDecay stair({.initial = 0.01f, .decay_steps = 2, .decay_rate = 0.5f, .staircase = true});
+    const CosineDecay warm({.initial = 0.0f, .decay_steps = 3, .alpha = 0.1f, .warmup_steps = 2, .warmup_target = 0.02f});
+    const CosineDecay plain({.initial = 0.5f, .decay_steps = 4, .alpha = 0.2f});
+    const std::vector<float> exp_want{0.1f, 0.0707106781f, 0.05f, 0.0353553391f, 0.025f, 0.0176776695f, 0.0125f};
+    const std::vector<float> stair_want{0.01f, 0.01f, 0.005f, 0.005f, 0.0025f, 0.0025f, 0.00125f};
+    const std::vector<float> warm_want{0.0f, 0.01f, 0.02f, 0.0155f, 0.0065f, 0.002f, 0.002f, 0.002f};
+    const std::vector<float> plain_want{0.5f, 0.441421356f, 0.3f, 0.158578644f, 0.1f, 0.1f};
+    for (std::size_t s = 0; s < exp_want.size(); ++s) BOOST_TEST(exp(std::int64_t(s)) == exp_want[s]);
+    for (std::size_t s = 0; s < stair_want.size(); ++s) BOOST_TEST(stair(std::int64_t(s)) == stair_want[s]);
+    BOOST_TEST(warm(0) == 0.0f); // exactly: relative tolerance says nothing at 0
+    for (std::size_t s = 1; s < warm_want.size(); ++s) BOOST_TEST(warm(std::int64_t(s)) == warm_want[s]);
+    for (std::size_t s = 0; s < plain_want.size(); ++s) BOOST_TEST(plain(std::int64_t(s)) == plain_want[s]);
+    BOOST_TEST(exp.name() == "exponential_decay");
+    BOOST_TEST(plain.name() == "cosine_decay");
+}
+
+BOOST_AUTO_TEST_CASE(schedule_validation) {
+    BOOST_TEST(contains(message_of([] { ExponentialDecay({.initial = 0.1f, .decay_steps = 0}); }), "decay_steps"));
+    BOOST_TEST(contains(message_of([] { ExponentialDecay({.decay_rate = -1.0f}); }), "decay_rate"));
+    BOOST_TEST(contains(message_of([] { ExponentialDecay({.initial = -0.1f}); }), "initial"));
+    BOOST_TEST(contains(message_of([] { CosineDecay({.decay_steps = -3}); }), "decay_steps must be > 0 (got -3)"));
+    BOOST_TEST(contains(message_of([] { CosineDecay({.alpha = 1.5f}); }), "alpha"));
+    BOOST_TEST(contains(message_of([] { CosineDecay({.warmup_steps = 2}); }), "warmup_target"));
+    BOOST_TEST(contains(message_of([] { CosineDecay({.warmup_target = 0.1f}); }), "warmup_steps"));
+    BOOST_TEST(contains(message_of([] { LearningRate(std::nanf("")); }), "learning_rate"));
+    BOOST_TEST(contains(message_of([] { LearningRate(-1e-3); }), "learning_rate must be finite and >= 0 (got -0.001)"));
+    BOOST_TEST(contains(message_of([] { LearningRate(std::shared_ptr<const Schedule>()); }), "null"));
+}
+
+// The step counter and the schedule advance once per applied step, never on a rejected call.
+BOOST_AUTO_TEST_CASE(iterations_and_schedule_advance_with_applied_steps_only) {
+    auto lr = std::make_shared<CosineDecay>(CosineDecay::Options{
+        .initial = 0.0f, .decay_steps = 3, .alpha = 0.1f, .warmup_steps = 2, .warmup_target = 0.02f});
+    Adam opt({.learning_rate = lr});
+    auto vars = make_variables();
+    BOOST_TEST(opt.iterations() == 0);
+    BOOST_TEST(opt.current_learning_rate() == (*lr)(0));
+    for (std::int64_t n = 1; n <= 4; ++n) {
+        opt.apply(step_gradients(std::size_t(n - 1)), vars);
+        BOOST_TEST(opt.iterations() == n);
+        BOOST_TEST(opt.current_learning_rate() == (*lr)(n));
+        BOOST_TEST(opt.current_learning_rate() == (*lr)(n)); // reading does not advance
+    }
+    const std::vector<float> before = weights(vars);
+    BOOST_CHECK_THROW(opt.apply({vec({1, 2, 3})}, vars), std::invalid_argument);
+    BOOST_TEST(opt.iterations() == 4);
+    BOOST_TEST(opt.current_learning_rate() == (*lr)(4));
+    BOOST_TEST(weights(vars) == before, tt::per_element());
+
+    opt.set_learning_rate(0.5f);
+    BOOST_TEST(opt.current_learning_rate() == 0.5f);
+    BOOST_TEST(!opt.learning_rate().schedule());
+}
+
+BOOST_AUTO_TEST_CASE(slots_are_aligned_with_variables) {
+    Adam adam({.learning_rate = 0.01f});
+    BOOST_TEST(adam.slots().empty()); // built on the first step
+    auto vars = make_variables();
+    adam.apply(step_gradients(0), vars);
+    const auto slots = adam.slots();
+    BOOST_TEST_REQUIRE(slots.size() == 4u);
+    const std::vector<std::string> names{"m", "m", "v", "v"};
+    for (std::size_t k = 0; k < 4; ++k) {
+        const std::size_t i = k % 2;
+        BOOST_TEST(slots[k].name == names[k]);
+        BOOST_TEST(slots[k].variable == i);
+        BOOST_TEST_REQUIRE(slots[k].values.size() == vars[i].value().size());
+        for (std::size_t e = 0; e < slots[k].values.size(); ++e) {
+            const float g = gradients[0][i][e];
+            const float want = names[k] == "m" ? (1 - 0.9f) * g : (1 - 0.999f) * g * g; // from zero slots
+            BOOST_TEST(slots[k].values[e] == want);
+        }
+    }
+    BOOST_TEST(adam.kind() == "adam");
+
+    Adam ams({.amsgrad = true});
+    ams.apply(step_gradients(0), vars);
+    BOOST_TEST(ams.slots().size() == 6u);
+    BOOST_TEST(ams.slots()[4].name == "v_max");
+
+    SGD plain;
+    plain.apply(step_gradients(0), vars);
+    BOOST_TEST(plain.slots().empty());
+    SGD momentum({.momentum = 0.9f});
+    momentum.apply(step_gradients(0), vars);
+    BOOST_TEST(momentum.slots().size() == 2u);
+    BOOST_TEST(momentum.slots()[1].name == "momentum");
+    BOOST_TEST(AdamW().kind() == "adamw");
+    BOOST_TEST(momentum.kind() == "sgd");
+}
+
+// What checkpoint loading will do: build, write the slots and the counter, continue.
+BOOST_AUTO_TEST_CASE(slots_can_be_restored) {
+    auto vars = make_variables();
+    Adam original({.learning_rate = 0.01f});
+    original.apply(step_gradients(0), vars);
+    auto copy_vars = make_variables();
+    for (std::size_t i = 0; i < 2; ++i) copy_vars[i].assign(vars[i].value());
+    Adam restored({.learning_rate = 0.01f});
+    BOOST_CHECK_THROW(restored.slot_data("m", 0), std::invalid_argument);
+    restored.build(copy_vars);
+    for (const auto& s : original.slots()) {
+        auto dst = restored.slot_data(s.name, s.variable);
+        std::copy(s.values.begin(), s.values.end(), dst.begin());
+    }
+    restored.set_iterations(original.iterations());
+    original.apply(step_gradients(1), vars);
+    restored.apply(step_gradients(1), copy_vars);
+    BOOST_TEST(weights(copy_vars) == weights(vars), tt::per_element()); // bit-identical
+    BOOST_CHECK_THROW(restored.slot_data("velocity", 0), std::invalid_argument);
+    BOOST_CHECK_THROW(restored.slot_data("m", 2), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(mismatched_counts_and_sizes) {
+    SGD opt;
+    auto vars = make_variables();
+    BOOST_TEST(contains(message_of([&] { opt.apply({vec({1, 2, 3})}, vars); }), "1 gradients for 2 variables"));
+    const std::string shape = message_of([&] { opt.apply({vec({1, 2, 3}), vec({1, 2, 3})}, vars); });
+    BOOST_TEST(contains(shape, "'b'"));
+    BOOST_TEST(contains(shape, "(3)"));
+    BOOST_TEST(contains(shape, "(2)"));
+    std::vector<std::vector<float>> bad{{1, 2, 3}, {1}};
+    const std::string size = message_of([&] { opt.apply_float32(bad, vars); });
+    BOOST_TEST(contains(size, "variable 'b' has 1 elements, the variable has 2"));
+    BOOST_TEST(opt.iterations() == 0);
+
+    opt.apply(step_gradients(0), vars); // builds for (3, 2)
+    std::vector<Variable> other{Variable(vec({1, 2, 3}), "a"), Variable(vec({1, 2, 3, 4}), "c")};
+    const std::string later = message_of([&] { opt.apply({vec({1, 2, 3}), vec({1, 2, 3, 4})}, other); });
+    BOOST_TEST(contains(later, "'c' has 4 elements"));
+    BOOST_TEST(contains(later, "built with 2"));
+    BOOST_TEST(contains(message_of([&] { opt.apply({vec({1, 2, 3})}, {vars[0]}); }), "built for 2 variables, got 1"));
+    BOOST_TEST(opt.iterations() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(option_validation) {
+    const float inf = std::numeric_limits<float>::infinity();
+    BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipnorm = 1.0f, .clipvalue = 1.0f}}); }), "at most one"));
+    BOOST_TEST(contains(message_of([] { Adam({.clip = {.clipnorm = 1.0f, .global_clipnorm = 1.0f}}); }), "at most one"));
+    BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipnorm = 0.0f}}); }), "clipnorm must be finite and > 0 (got 0)"));
+    BOOST_TEST(contains(message_of([&] { SGD({.clip = {.global_clipnorm = inf}}); }), "global_clipnorm"));
+    BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipvalue = -1.0f}}); }), "clipvalue must be finite and > 0 (got -1)"));
+    BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipvalue = std::nanf("")}}); }), "clipvalue"));
+    BOOST_TEST(contains(message_of([] { SGD({.nesterov = true}); }), "nesterov needs momentum > 0"));
+    BOOST_TEST(contains(message_of([] { SGD({.momentum = -0.5f}); }), "momentum"));
+    BOOST_TEST(contains(message_of([] { SGD({.weight_decay = -1.0f}); }), "weight_decay"));
+    BOOST_TEST(contains(message_of([] { SGD({.learning_rate = -0.1f}); }), "learning_rate"));
+    BOOST_TEST(contains(message_of([] { Adam({.beta1 = 1.0f}); }), "beta1 must be in [0, 1) (got 1)"));
+    BOOST_TEST(contains(message_of([] { Adam({.beta2 = -0.1f}); }), "beta2"));
+    BOOST_TEST(contains(message_of([] { Adam({.epsilon = -1e-8f}); }), "epsilon"));
+    BOOST_TEST(contains(message_of([] { AdamW({.weight_decay = -0.1f}); }), "AdamW: weight_decay"));
+    Adam ok({.learning_rate = 1e-3, .beta2 = 0.98}); // doubles convert, as in DESIGN.md's example
+    BOOST_TEST(ok.options().beta2 == 0.98f);
+}
+
+// A float16 gradient is widened exactly: the same bits as applying its float32 widening.
+BOOST_AUTO_TEST_CASE(float16_gradients_are_widened_exactly) {
+    auto half_vars = make_variables(), float_vars = make_variables();
+    Adam half_opt({.learning_rate = 0.01f}), float_opt({.learning_rate = 0.01f});
+    for (std::size_t step = 0; step < 3; ++step) {
+        const auto half = step_gradients(step, Dtype::float16);
+        std::vector<Tensor> widened;
+        for (const Tensor& g : half) widened.push_back(g.to(Dtype::float32));
+        BOOST_TEST(widened[0].to_floats() != gradients[step][0]); // 0.3 etc. are not float16 values
+        half_opt.apply(half, half_vars);
+        float_opt.apply(widened, float_vars);
+        BOOST_TEST(weights(half_vars) == weights(float_vars), tt::per_element());
+    }
+}
+
+// After apply, read() gives round(master) in the working dtype (the cached copy was invalidated).
+BOOST_AUTO_TEST_CASE(read_after_apply_is_rounded_master) {
+    auto vars = make_variables();
+    for (auto& v : vars) v.set_working_dtype(Dtype::float16);
+    const Tensor before = vars[0].read();
+    SGD opt({.learning_rate = 0.1f, .momentum = 0.9f});
+    for (std::size_t step = 0; step < 3; ++step) {
+        opt.apply(step_gradients(step), vars);
+        for (const auto& v : vars) {
+            const Tensor working = v.read(), rounded = v.value().to(Dtype::float16);
+            BOOST_TEST_REQUIRE(working.dtype() == Dtype::float16);
+            BOOST_TEST(std::memcmp(working.raw(), rounded.raw(), rounded.nbytes()) == 0);
+        }
+    }
+    BOOST_TEST(std::memcmp(before.raw(), vars[0].read().raw(), before.nbytes()) != 0);
+}

@@ -1,0 +1,108 @@
+#include "loss_scale_optimizer.hpp"
+
+#include "unscale.hpp"
+#include "../autodiff/convert.hpp"
+#include "../autodiff/ops_elementwise.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace mixprec::amp {
+namespace {
+
+void check_counts(std::size_t grads, std::size_t variables) {
+    if (grads != variables)
+        throw std::invalid_argument("LossScaleOptimizer: " + std::to_string(grads) + " gradients for " +
+                                    std::to_string(variables) + " variables");
+}
+
+} // namespace
+
+LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, LossScaleOptions options)
+    : inner_(std::move(inner)), scale_(options) {
+    if (!inner_) throw std::invalid_argument("LossScaleOptimizer: the inner optimizer is null");
+    if (dynamic_cast<LossScaleOptimizer*>(inner_.get()) != nullptr)
+        throw std::invalid_argument("LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer");
+}
+
+autodiff::Tensor LossScaleOptimizer::scale_loss(const autodiff::Tensor& loss) const {
+    return autodiff::scale(loss, scale_.scale());
+}
+
+bool LossScaleOptimizer::apply(const std::vector<autodiff::Tensor>& grads,
+                               const std::vector<autodiff::Variable>& variables) {
+    check_counts(grads.size(), variables.size());
+    buffers_.resize(grads.size());
+    const float inverse = 1.0f / scale_.scale();
+    bool finite = true;
+    double squared = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        buffers_[i].resize(grads[i].size());
+        const UnscaleResult r = unscale(grads[i], inverse, buffers_[i]);
+        finite = finite && r.finite;
+        squared += r.squared_norm;
+    }
+    return finish(finite, squared, buffers_, variables);
+}
+
+bool LossScaleOptimizer::apply_float32(std::vector<std::vector<float>>& grads,
+                                       const std::vector<autodiff::Variable>& variables) {
+    check_counts(grads.size(), variables.size());
+    const float inverse = 1.0f / scale_.scale();
+    bool finite = true;
+    double squared = 0;
+    for (auto& g : grads) {
+        const UnscaleResult r = unscale_in_place(g, inverse);
+        finite = finite && r.finite;
+        squared += r.squared_norm;
+    }
+    return finish(finite, squared, grads, variables);
+}
+
+bool LossScaleOptimizer::finish(bool finite, double squared_norm, std::vector<std::vector<float>>& grads,
+                                const std::vector<autodiff::Variable>& variables) {
+    if (finite) inner_->apply_float32(grads, variables); // validates sizes before changing anything
+    scale_.update(finite);
+    last_skipped_ = !finite;
+    skipped_ += finite ? 0 : 1;
+    last_norm_ = finite ? std::sqrt(squared_norm) : INFINITY;
+    return finite;
+}
+
+void LossScaleOptimizer::accumulate(const std::vector<autodiff::Tensor>& grads) {
+    if (micro_batches_ == 0) {
+        accumulated_.assign(grads.size(), {});
+        for (std::size_t i = 0; i < grads.size(); ++i) accumulated_[i].assign(grads[i].size(), 0.0f);
+    } else if (grads.size() != accumulated_.size()) {
+        throw std::invalid_argument("LossScaleOptimizer::accumulate: " + std::to_string(grads.size()) +
+                                    " gradients, the earlier micro-batches had " + std::to_string(accumulated_.size()));
+    }
+    std::vector<float> wide;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (grads[i].size() != accumulated_[i].size())
+            throw std::invalid_argument("LossScaleOptimizer::accumulate: gradient " + std::to_string(i) + " is " +
+                                        grads[i].description() + ", earlier ones had " +
+                                        std::to_string(accumulated_[i].size()) + " elements");
+        wide.resize(grads[i].size());
+        autodiff::widen(grads[i].raw(), grads[i].dtype(), wide.data(), wide.size());
+        for (std::size_t j = 0; j < wide.size(); ++j) accumulated_[i][j] += wide[j];
+    }
+    ++micro_batches_;
+}
+
+bool LossScaleOptimizer::apply_accumulated(const std::vector<autodiff::Variable>& variables) {
+    if (micro_batches_ == 0) throw std::logic_error("LossScaleOptimizer::apply_accumulated: nothing was accumulated");
+    const bool applied = apply_float32(accumulated_, variables);
+    accumulated_.clear();
+    micro_batches_ = 0;
+    return applied;
+}
+
+void LossScaleOptimizer::set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm) {
+    if (skipped_steps < 0) throw std::invalid_argument("LossScaleOptimizer: negative skipped_steps");
+    skipped_ = skipped_steps;
+    last_skipped_ = last_step_skipped;
+    last_norm_ = last_gradient_norm;
+}
+
+} // namespace mixprec::amp

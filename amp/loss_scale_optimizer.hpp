@@ -1,0 +1,91 @@
+#pragma once
+/// LossScaleOptimizer: wraps any optimizer with dynamic loss scaling, as Keras's does.
+///
+///   LossScaleOptimizer opt{std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-3})};
+///   GradientTape tape;
+///   Tensor loss = ...;                                        // float32
+///   auto grads = tape.gradient(opt.scale_loss(loss), vars);   // float16, scaled by S
+///   bool applied = opt.apply(grads, vars);                    // false: skipped, S backed off
+///
+/// apply() makes one pass over each gradient that widens it to float32, multiplies by 1/S, checks every
+/// element is finite and adds up the squared norm. If all are finite, the inner optimizer applies the
+/// unscaled float32 gradients to the float32 masters (its clipping sees unscaled gradients) and the
+/// variables' working copies follow. If any is not, nothing changes — masters, working copies, the inner
+/// optimizer's slots, its iteration count and so its learning-rate schedule — except the loss-scale
+/// state, which records the overflow. Either way the scale then moves by the rule (loss_scale.hpp).
+///
+/// Gradient accumulation: accumulate() adds one micro-batch's (scaled) gradients into float32 sums;
+/// apply_accumulated() unscales the sums once and steps as apply() does. An inf or NaN in any
+/// micro-batch survives the sum and skips the step.
+
+#include "loss_scale.hpp"
+#include "../optim/optimizer.hpp"
+
+#include <memory>
+
+namespace mixprec::amp {
+
+class LossScaleOptimizer final : public optim::Optimizer {
+  public:
+    explicit LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, LossScaleOptions options = {});
+
+    /// loss · S, recorded on the tape (a scale op), in the loss's dtype.
+    autodiff::Tensor scale_loss(const autodiff::Tensor& loss) const;
+
+    /// One loss-scaled step; returns whether it was applied (see the file comment).
+    bool apply(const std::vector<autodiff::Tensor>& grads, const std::vector<autodiff::Variable>& variables) override;
+    /// The same for float32 gradients that are still scaled by S (unscaled here, in place).
+    bool apply_float32(std::vector<std::vector<float>>& grads, const std::vector<autodiff::Variable>& variables) override;
+
+    /// Adds one micro-batch's scaled gradients to the float32 sums.
+    void accumulate(const std::vector<autodiff::Tensor>& grads);
+    /// Steps with the accumulated sums (as apply_float32), then clears them. Returns whether it applied.
+    bool apply_accumulated(const std::vector<autodiff::Variable>& variables);
+    std::size_t accumulated_micro_batches() const { return micro_batches_; }
+
+    // The inner optimizer's hyper-parameters and state, read through.
+    std::int64_t iterations() const override { return inner_->iterations(); }
+    float current_learning_rate() const override { return inner_->current_learning_rate(); }
+    const optim::LearningRate& learning_rate() const override { return inner_->learning_rate(); }
+    void set_learning_rate(optim::LearningRate lr) override { inner_->set_learning_rate(std::move(lr)); }
+    std::vector<Slot> slots() const override { return inner_->slots(); }
+    std::string kind() const override { return "loss_scale(" + inner_->kind() + ")"; }
+    void build(const std::vector<autodiff::Variable>& variables) override { inner_->build(variables); }
+    bool built() const override { return inner_->built(); }
+    std::span<float> slot_data(std::string_view name, std::size_t variable) override {
+        return inner_->slot_data(name, variable);
+    }
+    void set_iterations(std::int64_t iterations) override { inner_->set_iterations(iterations); }
+
+    optim::Optimizer& inner() { return *inner_; }
+    const optim::Optimizer& inner() const { return *inner_; }
+    LossScale& loss_scale() { return scale_; }
+    const LossScale& loss_scale() const { return scale_; }
+
+    // Telemetry.
+    float scale() const { return scale_.scale(); }
+    bool last_step_skipped() const { return last_skipped_; }
+    std::int64_t skipped_steps() const { return skipped_; }
+    std::int64_t overflow_count() const { return skipped_; } ///< steps whose gradients had inf or NaN
+    std::int64_t growth_count() const { return scale_.growth_count(); }
+    std::int64_t backoff_count() const { return scale_.backoff_count(); }
+    /// Global L2 norm of the last step's unscaled gradients (before clipping); inf if it overflowed.
+    double last_gradient_norm() const { return last_norm_; }
+    /// Restores the counters kept here (checkpoints).
+    void set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm);
+
+  private:
+    bool finish(bool finite, double squared_norm, std::vector<std::vector<float>>& grads,
+                const std::vector<autodiff::Variable>& variables);
+
+    std::unique_ptr<optim::Optimizer> inner_;
+    LossScale scale_;
+    bool last_skipped_ = false;
+    std::int64_t skipped_ = 0;
+    double last_norm_ = 0;
+    std::vector<std::vector<float>> buffers_;     // unscaled float32 gradients, reused between steps
+    std::vector<std::vector<float>> accumulated_; // micro-batch sums (scaled)
+    std::size_t micro_batches_ = 0;
+};
+
+} // namespace mixprec::amp

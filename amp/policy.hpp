@@ -1,0 +1,42 @@
+#pragma once
+/// Dtype policies, as in Keras: a policy names the dtype layers compute in and the dtype their
+/// variables are kept in. mixprec keeps variables in float32 under every policy (the masters); layers
+/// read a working copy in the compute dtype.
+///
+///   "float32"          compute float32,   variables float32
+///   "mixed_float16"    compute float16,   variables float32   (use a LossScaleOptimizer)
+///   "mixed_bfloat16"   compute bfloat16,  variables float32
+///   "mixed_cbfloat16"  compute cbfloat16, variables float32   (use a LossScaleOptimizer)
+
+#include "../autodiff/dtype.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace mixprec::amp {
+
+class Policy {
+  public:
+    /// One of the names above; std::invalid_argument listing them otherwise.
+    explicit Policy(std::string_view name = "float32");
+
+    const std::string& name() const { return name_; }
+    autodiff::Dtype compute_dtype() const { return compute_; }
+    autodiff::Dtype variable_dtype() const { return autodiff::Dtype::float32; }
+    /// True when gradients are computed in a dtype narrower than float32's range needs loss scaling
+    /// (float16, cbfloat16); bfloat16 has float32's exponent range.
+    bool needs_loss_scaling() const;
+
+    friend bool operator==(const Policy& a, const Policy& b) { return a.name_ == b.name_; }
+
+  private:
+    std::string name_;
+    autodiff::Dtype compute_;
+};
+
+/// The policy layers use unless they are given their own (initially "float32"). Per thread.
+const Policy& global_policy();
+void set_global_policy(const Policy& policy);
+inline void set_global_policy(std::string_view name) { set_global_policy(Policy(name)); }
+
+} // namespace mixprec::amp

@@ -1,0 +1,247 @@
+#define BOOST_TEST_MODULE loss_scale_optimizer
+#include <boost/test/unit_test.hpp>
+
+#include <mixprec/mixprec.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace mixprec;
+using autodiff::Dtype;
+using autodiff::Shape;
+using autodiff::Tensor;
+using autodiff::Variable;
+
+namespace {
+
+Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) { return Tensor::from_floats(Shape{v.size()}, v, dtype); }
+
+std::vector<Variable> variables(Dtype working, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<Variable> vars;
+    for (std::size_t n : {5u, 17u, 3u}) {
+        std::vector<float> v(n);
+        for (auto& x : v) x = d(gen);
+        vars.emplace_back(vec(v), "w" + std::to_string(n));
+        vars.back().set_working_dtype(working);
+    }
+    return vars;
+}
+
+std::vector<Tensor> gradients(const std::vector<Variable>& vars, float scale, Dtype dtype, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d(0.0f, 1e-2f);
+    std::vector<Tensor> grads;
+    for (const auto& v : vars) {
+        std::vector<float> g(v.value().size());
+        for (auto& x : g) x = d(gen) * scale;
+        grads.push_back(vec(g, dtype));
+    }
+    return grads;
+}
+
+/// Every bit of state a step could touch: masters, working copies, inner slots, iterations, lr.
+struct Snapshot {
+    std::vector<std::vector<float>> masters, working, slots;
+    std::int64_t iterations;
+    float learning_rate;
+    bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot snapshot(const optim::Optimizer& opt, const std::vector<Variable>& vars) {
+    Snapshot s{{}, {}, {}, opt.iterations(), opt.current_learning_rate()};
+    for (const auto& v : vars) {
+        s.masters.push_back(v.value().to_floats());
+        s.working.push_back(v.read().to_floats());
+    }
+    for (const auto& slot : opt.slots()) s.slots.emplace_back(slot.values.begin(), slot.values.end());
+    return s;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::unique_ptr<optim::Optimizer> adam_with_schedule() {
+    return std::make_unique<optim::Adam>(optim::Adam::Options{
+        .learning_rate = std::make_shared<optim::ExponentialDecay>(optim::ExponentialDecay::Options{
+            .initial = 1e-2f, .decay_steps = 1, .decay_rate = 0.9f})});
+}
+
+} // namespace
+
+// Keras test_finite_step: gradients are unscaled before the inner optimizer sees them.
+BOOST_AUTO_TEST_CASE(keras_finite_and_infinite_step) {
+    amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.5f}),
+                                {.initial_scale = 4096});
+    std::vector<Variable> vars{Variable(vec({1, 2, 3, 4}))};
+    BOOST_TEST(opt.apply({vec({4096, 6 * 4096, 7 * 4096, 2 * 4096})}, vars));
+    BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{0.5f, -1, -0.5f, 3}), boost::test_tools::per_element());
+    BOOST_TEST(!opt.apply({vec({INFINITY, INFINITY, INFINITY, INFINITY})}, vars)); // test_infinite_step
+    BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{0.5f, -1, -0.5f, 3}), boost::test_tools::per_element());
+    BOOST_TEST(opt.scale() == 2048.0f);
+}
+
+// Invariant 1: a skipped step changes no bit of masters, working copies, Adam m and v, iterations or
+// the schedule. One NaN in one element of one gradient is enough to skip.
+BOOST_AUTO_TEST_CASE(skipped_step_changes_nothing) {
+    for (Dtype dtype : {Dtype::float16, Dtype::bfloat16, Dtype::float32}) {
+        amp::LossScaleOptimizer opt(adam_with_schedule(), {.initial_scale = 1024, .growth_interval = 3});
+        auto vars = variables(Dtype::float16, 1);
+        for (unsigned step = 0; step < 4; ++step) BOOST_TEST_REQUIRE(opt.apply(gradients(vars, 1024, dtype, step), vars));
+        for (std::size_t which = 0; which < 3; ++which)
+            for (float bad : {NAN, INFINITY, -INFINITY}) {
+                auto grads = gradients(vars, opt.scale(), dtype, 99);
+                grads[which].set({grads[which].size() / 2}, bad);
+                const Snapshot before = snapshot(opt, vars);
+                const float scale = opt.scale();
+                BOOST_TEST(!opt.apply(grads, vars));
+                BOOST_TEST(opt.last_step_skipped());
+                BOOST_TEST((snapshot(opt, vars) == before));
+                BOOST_TEST(opt.scale() == scale * 0.5f);
+            }
+        BOOST_TEST(opt.skipped_steps() == 9);
+        BOOST_TEST(opt.overflow_count() == 9);
+        BOOST_TEST(opt.iterations() == 4);
+    }
+}
+
+// Invariant 2: after every applied step each working copy is round(master), bit for bit.
+BOOST_AUTO_TEST_CASE(working_copy_is_rounded_master) {
+    for (Dtype working : {Dtype::float16, Dtype::bfloat16, Dtype::cbfloat16}) {
+        amp::LossScaleOptimizer opt(adam_with_schedule());
+        auto vars = variables(working, 2);
+        for (unsigned step = 0; step < 5; ++step) {
+            BOOST_TEST_REQUIRE(opt.apply(gradients(vars, opt.scale(), working, step), vars));
+            for (const auto& v : vars) {
+                const Tensor w = v.read(), expected = v.value().to(working);
+                BOOST_TEST_REQUIRE(std::memcmp(w.raw(), expected.raw(), w.nbytes()) == 0);
+            }
+        }
+    }
+}
+
+// Invariant 4: clipping sees unscaled gradients — the result equals the plain optimizer with the same
+// clipping on gradients that were never scaled.
+BOOST_AUTO_TEST_CASE(clipping_sees_unscaled_gradients) {
+    for (optim::Clipping clip : {optim::Clipping{.clipnorm = 1e-2f}, optim::Clipping{.global_clipnorm = 1e-2f},
+                                 optim::Clipping{.clipvalue = 5e-3f}}) {
+        auto scaled_vars = variables(Dtype::float32, 3), plain_vars = variables(Dtype::float32, 3);
+        amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .clip = clip}),
+                                    {.dynamic = false, .initial_scale = 1024});
+        optim::SGD plain({.learning_rate = 0.1f, .clip = clip});
+        for (unsigned step = 0; step < 3; ++step) {
+            BOOST_TEST_REQUIRE(opt.apply(gradients(scaled_vars, 1024, Dtype::float32, step), scaled_vars));
+            plain.apply(gradients(plain_vars, 1, Dtype::float32, step), plain_vars);
+        }
+        for (std::size_t i = 0; i < 3; ++i) {
+            const auto a = scaled_vars[i].value().to_floats(), b = plain_vars[i].value().to_floats();
+            for (std::size_t j = 0; j < a.size(); ++j) BOOST_TEST(a[j] == b[j], boost::test_tools::tolerance(1e-6f));
+        }
+    }
+}
+
+// Invariant 5: float32 with a fixed power-of-two scale gives the same bits as the plain optimizer.
+BOOST_AUTO_TEST_CASE(fixed_power_of_two_scale_is_bit_identical) {
+    for (float scale : {1.0f, 1024.0f}) {
+        auto a = variables(Dtype::float32, 4), b = variables(Dtype::float32, 4);
+        amp::LossScaleOptimizer opt(adam_with_schedule(), {.dynamic = false, .initial_scale = scale});
+        auto plain = adam_with_schedule();
+        for (unsigned step = 0; step < 5; ++step) {
+            opt.apply(gradients(a, scale, Dtype::float32, step), a);
+            plain->apply(gradients(b, 1, Dtype::float32, step), b);
+        }
+        for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(same_bits(a[i].value().to_floats(), b[i].value().to_floats()));
+        BOOST_TEST((snapshot(opt, a).slots == snapshot(*plain, b).slots));
+    }
+}
+
+// PyTorch _run_scaling_case: init 128, growth 2, interval 1, one skipped step among four; the weights
+// equal a float32 control run that skips the same step, and the scale ends at 128·2³·0.5.
+BOOST_AUTO_TEST_CASE(pytorch_scaling_case) {
+    amp::LossScaleOptions o = amp::loss_scale_preset("pytorch");
+    o.initial_scale = 128;
+    o.growth_interval = 1;
+    amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f}), o);
+    optim::SGD control({.learning_rate = 0.1f, .momentum = 0.9f});
+    auto a = variables(Dtype::float32, 5), b = variables(Dtype::float32, 5);
+    for (unsigned step = 0; step < 4; ++step) {
+        auto grads = gradients(a, opt.scale(), Dtype::float32, step);
+        if (step == 2) grads[1].set({0}, INFINITY);
+        else control.apply(gradients(b, 1, Dtype::float32, step), b);
+        opt.apply(grads, a);
+    }
+    BOOST_TEST(opt.scale() == 512.0f);
+    BOOST_TEST(opt.growth_count() == 3);
+    for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(same_bits(a[i].value().to_floats(), b[i].value().to_floats()));
+}
+
+// Gradient accumulation: two micro-batches summed and unscaled once equal one step with the sum.
+BOOST_AUTO_TEST_CASE(gradient_accumulation) {
+    auto a = variables(Dtype::float32, 6), b = variables(Dtype::float32, 6);
+    amp::LossScaleOptimizer acc(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}), {.initial_scale = 256});
+    amp::LossScaleOptimizer once(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}), {.initial_scale = 256});
+    const auto g1 = gradients(a, 256, Dtype::float16, 1), g2 = gradients(a, 256, Dtype::float16, 2);
+    acc.accumulate(g1);
+    acc.accumulate(g2);
+    BOOST_TEST(acc.accumulated_micro_batches() == 2u);
+    BOOST_TEST(acc.apply_accumulated(a));
+    std::vector<Tensor> sum;
+    for (std::size_t i = 0; i < 3; ++i) sum.push_back(autodiff::kernels::add(g1[i].to(Dtype::float32), g2[i].to(Dtype::float32)));
+    BOOST_TEST(once.apply(sum, b));
+    for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(same_bits(a[i].value().to_floats(), b[i].value().to_floats()));
+    BOOST_TEST(acc.iterations() == 1);
+    auto bad = gradients(a, 256, Dtype::float16, 3);
+    bad[0].set({0}, INFINITY);
+    acc.accumulate(gradients(a, 256, Dtype::float16, 4));
+    acc.accumulate(bad);
+    BOOST_TEST(!acc.apply_accumulated(a)); // an inf in any micro-batch survives the sum
+    BOOST_CHECK_THROW(acc.apply_accumulated(a), std::logic_error);
+}
+
+// Telemetry and read-through hyper-parameters; misuse is refused clearly.
+BOOST_AUTO_TEST_CASE(telemetry_and_errors) {
+    amp::LossScaleOptimizer opt(adam_with_schedule(), {.initial_scale = 8, .growth_interval = 2});
+    auto vars = variables(Dtype::float32, 7);
+    const float lr0 = opt.current_learning_rate();
+    opt.apply(gradients(vars, 8, Dtype::float32, 1), vars);
+    opt.apply(gradients(vars, 8, Dtype::float32, 2), vars);
+    BOOST_TEST(opt.scale() == 16.0f);
+    BOOST_TEST(opt.growth_count() == 1);
+    BOOST_TEST(opt.iterations() == 2);
+    BOOST_TEST(opt.current_learning_rate() == lr0 * 0.9f * 0.9f, boost::test_tools::tolerance(1e-6f));
+    BOOST_TEST(opt.last_gradient_norm() > 0.0);
+    BOOST_TEST(opt.kind() == "loss_scale(adam)");
+    BOOST_TEST(opt.scale_loss(Tensor::full(Shape{}, 0.5f)).flat(0) == 8.0f);
+    BOOST_CHECK_THROW(opt.apply(gradients(vars, 1, Dtype::float32, 3), {vars[0]}), std::invalid_argument);
+    BOOST_CHECK_THROW(amp::LossScaleOptimizer(nullptr), std::invalid_argument);
+    BOOST_CHECK_THROW(amp::LossScaleOptimizer(std::make_unique<amp::LossScaleOptimizer>(adam_with_schedule())),
+                      std::invalid_argument);
+}
+
+// The fused unscale pass: values, norm and the finite check at every position and length.
+BOOST_AUTO_TEST_CASE(fused_unscale_pass) {
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+        std::vector<float> v(1000);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 37) - 18) * 64.0f;
+        const Tensor g = vec(v, dtype);
+        std::vector<float> out(v.size());
+        const auto r = amp::unscale(g, 1.0f / 64, out);
+        double norm = 0;
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            BOOST_TEST_REQUIRE(out[i] == float(int(i % 37) - 18));
+            norm += double(out[i]) * out[i];
+        }
+        BOOST_TEST(r.finite);
+        BOOST_TEST(r.squared_norm == norm);
+        for (std::size_t n : {1u, 7u, 16u, 33u, 1000u})
+            for (std::size_t pos = 0; pos < n; pos += std::max<std::size_t>(1, n / 5)) {
+                std::vector<float> w(n, 1.0f);
+                w[pos] = NAN;
+                std::vector<float> o(n);
+                BOOST_TEST_REQUIRE(!amp::unscale(vec(w, dtype), 0.5f, o).finite);
+            }
+    }
+}
