@@ -2,32 +2,67 @@
 
 #include "../autodiff/convert.hpp"
 
-#include <xsimd/xsimd.hpp>
-
 #include <cfloat>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace mixprec::amp {
 namespace {
 
 constexpr std::size_t chunk = 4096; // floats: widened and scaled while still in L1
+/// Above this many elements the result will not stay in cache for the optimizer anyway, so it is
+/// written with streaming stores, which skip reading the destination first (as memcpy does).
+constexpr std::size_t stream_above = std::size_t{1} << 20;
 
-/// Scales p[0..n) in place by `inv`; returns (all finite, Σ p²) with float partial sums per chunk.
-UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
-    using batch = xsimd::batch<float>;
-    constexpr std::size_t w = batch::size;
-    const batch vinv(inv), vmax(FLT_MAX);
-    batch sq(0.0f);
-    auto ok = batch(0.0f) == batch(0.0f); // all true
-    std::size_t i = 0;
-    for (; i + w <= n; i += w) {
-        const batch v = batch::load_unaligned(p + i) * vinv;
-        v.store_unaligned(p + i);
-        sq = xsimd::fma(v, v, sq);
-        ok = ok & (xsimd::abs(v) <= vmax); // false for inf and NaN
+/// dst[0..n) = src[0..n), bypassing the caches when `stream` and dst is 16-byte aligned.
+void store(float* dst, const float* src, std::size_t n, bool stream) {
+#if defined(__SSE2__)
+    if (stream && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
+        std::size_t i = 0;
+        for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
+        std::memcpy(dst + i, src + i, (n - i) * sizeof(float));
+        return;
     }
-    UnscaleResult r{xsimd::all(ok), double(xsimd::hadd(sq))};
+#endif
+    (void)stream;
+    std::memcpy(dst, src, n * sizeof(float));
+}
+
+using floats16 = float __attribute__((vector_size(64)));  // lowered to what each clone's ISA has
+using ints16 = std::int32_t __attribute__((vector_size(64)));
+
+/// Scales p[0..n) in place by `inv`; returns (all finite, Σ p²). GCC clones it for AVX-512, AVX2 and
+/// the baseline and picks one when the library loads; the 16-lane vector type becomes one, two or
+/// four registers accordingly.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+[[gnu::target_clones("avx512f", "avx2", "default")]]
+#endif
+UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
+    const floats16 vinv = floats16{} + inv, vmax = floats16{} + FLT_MAX;
+    floats16 squares{};
+    ints16 bad{};
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        floats16 v;
+        std::memcpy(&v, p + i, sizeof v);
+        v *= vinv;
+        std::memcpy(p + i, &v, sizeof v);
+        squares += v * v;
+        const floats16 magnitude = v < 0 ? -v : v;
+        bad |= ~(magnitude <= vmax); // all ones where v is inf or NaN
+    }
+    UnscaleResult r;
+    for (int k = 0; k < 16; ++k) {
+        r.squared_norm += squares[k];
+        r.finite = r.finite && bad[k] == 0;
+    }
     for (; i < n; ++i) {
         const float v = p[i] * inv;
         p[i] = v;
@@ -45,14 +80,20 @@ UnscaleResult unscale(const autodiff::Tensor& grad, float inverse_scale, std::sp
                                     grad.description() + " gradient");
     const auto* bytes = static_cast<const std::byte*>(grad.raw());
     const std::size_t width = autodiff::size_of(grad.dtype());
+    const bool stream = grad.size() > stream_above;
+    alignas(64) float buffer[chunk]; // one chunk, widened and scaled in L1, then stored once
     UnscaleResult total;
     for (std::size_t i = 0; i < grad.size(); i += chunk) {
         const std::size_t n = std::min(chunk, grad.size() - i);
-        autodiff::widen(bytes + i * width, grad.dtype(), out.data() + i, n);
-        const UnscaleResult r = scale_chunk(out.data() + i, n, inverse_scale);
+        autodiff::widen(bytes + i * width, grad.dtype(), buffer, n);
+        const UnscaleResult r = scale_chunk(buffer, n, inverse_scale);
+        store(out.data() + i, buffer, n, stream);
         total.finite = total.finite && r.finite;
         total.squared_norm += r.squared_norm;
     }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence(); // streaming stores are weakly ordered: make them visible before returning
+#endif
     return total;
 }
 

@@ -4,8 +4,11 @@
 #include "matmul_kernels.hpp"
 #include "tape.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 #include <string>
 #include <utility>
@@ -14,8 +17,8 @@
 namespace mixprec::autodiff {
 namespace {
 
-/// Column-matrix elements per batch chunk (1 MiB of float32): the columns im2col writes are still in L2
-/// when the GEMM reads them, and the column gradient when col2im does.
+/// Column-matrix elements per chunk of a thread's images (1 MiB of float32): the columns im2col writes
+/// are still in that core's L2 when the GEMM reads them, and the column gradient when col2im does.
 constexpr std::size_t chunk_elements = std::size_t{1} << 18;
 
 struct geometry {
@@ -74,11 +77,16 @@ std::pair<std::size_t, std::size_t> valid(std::size_t out, std::size_t in, std::
     return {std::min(lo, hi), hi};
 }
 
-/// Walks image b's part of a column matrix (C·kh·kw, nb·Ho·Wo) with rows of `row` elements, one output row
-/// i of one kernel tap at a time: visit(col, at, lo, hi) where columns col + j, j in [lo, hi), read the
-/// image element at + j·s₁, and the other Wo − (hi − lo) columns are padding (lo = hi = 0: all of them).
+/// One kernel tap's row of a column matrix, for one image: output rows i in [ilo, ihi) and columns j in
+/// [jlo, jhi) read image element at + i·step + j·s₁ into column col + i·Wo + j; the rest are padding.
+struct tap {
+    std::size_t col, at, step, ilo, ihi, jlo, jhi;
+};
+
+/// Walks image b's part of a column matrix (C·kh·kw, nb·Ho·Wo) with rows of `row` elements, one kernel
+/// tap (c, p, q) at a time.
 template <class Visit>
-void for_each_row(const geometry& g, std::size_t row, std::size_t b, Visit visit) {
+void for_each_tap(const geometry& g, std::size_t row, std::size_t b, Visit visit) {
     const auto& o = g.opt;
     for (std::size_t c = 0; c < g.c; ++c)
         for (std::size_t p = 0; p < g.kh; ++p)
@@ -86,39 +94,64 @@ void for_each_row(const geometry& g, std::size_t row, std::size_t b, Visit visit
                 const std::size_t r = (c * g.kh + p) * g.kw + q;
                 const auto [ilo, ihi] = valid(g.ho, g.h, o.stride[0], o.padding[0], p * o.dilation[0]);
                 const auto [jlo, jhi] = valid(g.wo, g.w, o.stride[1], o.padding[1], q * o.dilation[1]);
-                for (std::size_t i = 0; i < g.ho; ++i) {
-                    const std::size_t col = r * row + b * g.l() + i * g.wo;
-                    if (i < ilo || i >= ihi) {
-                        visit(col, 0, 0, 0);
-                        continue;
-                    }
-                    // `at` may wrap below 0, but at + j·s₁ is exact for j ≥ jlo (unsigned arithmetic is modular)
-                    visit(col,
-                          (c * g.h + i * o.stride[0] + p * o.dilation[0] - o.padding[0]) * g.w + q * o.dilation[1] -
-                              o.padding[1],
-                          jlo, jhi);
-                }
+                // `at` may wrap below 0, but at + i·step + j·s₁ is exact inside the valid ranges (unsigned
+                // arithmetic is modular)
+                const std::size_t at = (c * g.h + p * o.dilation[0] - o.padding[0]) * g.w + q * o.dilation[1] - o.padding[1];
+                visit(tap{r * row + b * g.l(), at, o.stride[0] * g.w, ilo, ihi, jlo, jhi});
             }
+}
+
+/// dst[0, n) = src[0, n) for the short runs of im2col: 16-byte moves, the last one overlapping the one
+/// before (a memcpy call, or an element loop, costs more).
+template <class T>
+void copy_short(const T* src, T* dst, std::size_t n) {
+    constexpr std::size_t v = 16;
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < v) {
+        std::copy_n(src, n, dst);
+        return;
+    }
+    const auto* from = reinterpret_cast<const std::byte*>(src);
+    auto* to = reinterpret_cast<std::byte*>(dst);
+    for (std::size_t i = 0; i + v < bytes; i += v) std::memcpy(to + i, from + i, v);
+    std::memcpy(to + bytes - v, from + bytes - v, v);
 }
 
 /// Image b of the chunk into its columns of cols (zeros for padding), copying elements exactly.
 template <class T>
 void im2col(const geometry& g, const T* image, std::size_t row, std::size_t b, T* cols) {
-    const std::size_t s = g.opt.stride[1];
-    for_each_row(g, row, b, [&](std::size_t col, std::size_t at, std::size_t lo, std::size_t hi) {
-        T* dst = cols + col;
-        std::fill(dst, dst + lo, T{});
-        for (std::size_t j = lo; j < hi; ++j) dst[j] = image[at + j * s]; // short rows: no memmove call
-        std::fill(dst + hi, dst + g.wo, T{});
+    const std::size_t s = g.opt.stride[1], wo = g.wo;
+    for_each_tap(g, row, b, [&](const tap& t) {
+        T* dst = cols + t.col;
+        std::fill(dst, dst + t.ilo * wo, T{});
+        for (std::size_t i = t.ilo; i < t.ihi; ++i) {
+            T* d = dst + i * wo;
+            const T* src = image + (t.at + i * t.step);
+            if (t.jlo > 0) std::fill(d, d + t.jlo, T{});
+            if (s == 1) {
+                copy_short(src + t.jlo, d + t.jlo, t.jhi - t.jlo);
+            } else {
+                for (std::size_t j = t.jlo; j < t.jhi; ++j) d[j] = src[j * s];
+            }
+            if (t.jhi < wo) std::fill(d + t.jhi, d + wo, T{});
+        }
+        std::fill(dst + t.ihi * wo, dst + g.ho * wo, T{});
     });
 }
 
 /// dx (one image) += its columns of the column gradient, at the positions they were read from.
 void col2im(const geometry& g, const float* cols, std::size_t row, std::size_t b, float* dx) {
-    const std::size_t s = g.opt.stride[1];
-    for_each_row(g, row, b, [&](std::size_t col, std::size_t at, std::size_t lo, std::size_t hi) {
-        const float* src = cols + col;
-        for (std::size_t j = lo; j < hi; ++j) dx[at + j * s] += src[j];
+    const std::size_t s = g.opt.stride[1], wo = g.wo;
+    for_each_tap(g, row, b, [&](const tap& t) {
+        for (std::size_t i = t.ilo; i < t.ihi; ++i) {
+            const float* __restrict src = cols + t.col + i * wo; // no overlap: no run-time alias check
+            float* __restrict d = dx + (t.at + i * t.step);
+            if (s == 1) {
+                for (std::size_t j = t.jlo; j < t.jhi; ++j) d[j] += src[j];
+            } else {
+                for (std::size_t j = t.jlo; j < t.jhi; ++j) d[j * s] += src[j];
+            }
+        }
     });
 }
 
@@ -177,12 +210,11 @@ struct float_result {
     }
 };
 
-/// Float32 values for elements [at, at + n) of t: its own storage for float32, else zeros in this
-/// thread's scratch, which commit() rounds into t once.
-float* workspace(Tensor& t, std::size_t at, std::size_t n) {
-    if (t.dtype() == Dtype::float32) return static_cast<float*>(t.raw()) + at;
-    float* v = scratch<float>(image_result, n);
-    std::fill_n(v, n, 0.0f);
+/// Float32 values for elements [at, at + n) of t: its own storage for float32, else this thread's
+/// scratch, which commit() rounds into t once. Zeroed when `zero` (for accumulating into).
+float* workspace(Tensor& t, std::size_t at, std::size_t n, bool zero) {
+    float* v = t.dtype() == Dtype::float32 ? static_cast<float*>(t.raw()) + at : scratch<float>(image_result, n);
+    if (zero) std::fill_n(v, n, 0.0f);
     return v;
 }
 
@@ -190,40 +222,49 @@ void commit(Tensor& t, std::size_t at, const float* v, std::size_t n) {
     if (t.dtype() != Dtype::float32) narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype());
 }
 
-/// Images per chunk, balanced so every chunk has about the same size.
-std::size_t chunk_size(const geometry& g) {
-    const std::size_t most = std::clamp(chunk_elements / std::max<std::size_t>(1, g.k() * g.l()), std::size_t{1},
-                                        std::max<std::size_t>(g.n, 1));
-    const std::size_t chunks = (g.n + most - 1) / most;
-    return chunks == 0 ? most : (g.n + chunks - 1) / chunks;
+/// Images per chunk of the range [lo, hi), balanced so every chunk has about the same size.
+std::size_t chunk_size(const geometry& g, std::size_t lo, std::size_t hi) {
+    const std::size_t n = std::max<std::size_t>(hi - lo, 1);
+    const std::size_t most = std::clamp(chunk_elements / std::max<std::size_t>(1, g.k() * g.l()), std::size_t{1}, n);
+    const std::size_t chunks = (n + most - 1) / most;
+    return (n + chunks - 1) / chunks;
 }
 
-// The data movement runs on OpenMP threads next to oneDNN (which uses them too), but serially next to
-// OpenBLAS: its own spinning threads and OpenMP's would fight over the cores.
-template <class T>
-constexpr bool parallel = !std::is_same_v<T, float>;
+/// Runs part(t, lo, hi) for each thread t of a team, on consecutive slices [lo, hi) of the batch. Each
+/// thread works through its own images with single-threaded GEMMs (OpenBLAS and oneDNN run serially
+/// inside a parallel region): one fork and one join per pass instead of several per chunk. Batches
+/// smaller than the team stay on the calling thread, where the GEMMs themselves use all threads.
+template <class Part>
+void over_batch(const geometry& g, Part part) {
+    const std::size_t threads = static_cast<std::size_t>(omp_get_max_threads());
+#pragma omp parallel num_threads(threads) if (g.n >= threads && threads > 1)
+    {
+        const std::size_t t = static_cast<std::size_t>(omp_get_thread_num()), nt = static_cast<std::size_t>(omp_get_num_threads());
+        part(t, g.n * t / nt, g.n * (t + 1) / nt);
+    }
+}
 
 template <class T>
 void forward(const geometry& g, const T* x, const T* w, const float* bias, Tensor& y) {
-    const std::size_t k = g.k(), l = g.l(), most = chunk_size(g), image = g.c * g.h * g.w;
-    T* cols = scratch<T>(0, k * most * l);
-    float* prod = scratch<float>(1, g.o * most * l);
-    for (std::size_t n0 = 0; n0 < g.n; n0 += most) {
-        const std::size_t nb = std::min(most, g.n - n0), row = nb * l;
-#pragma omp parallel for schedule(static) if (parallel<T>)
-        for (std::size_t b = 0; b < nb; ++b) im2col(g, x + (n0 + b) * image, row, b, cols);
-        gemm(g.o, row, k, false, false, w, cols, prod); // (O, nb·L) = w · cols
-#pragma omp parallel for schedule(static) if (parallel<T>)
-        for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = prod[:, b·L : (b+1)·L] + bias, rounded once
-            float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l);
-            for (std::size_t o = 0; o < g.o; ++o) {
-                const float* src = prod + o * row + b * l;
-                const float add = bias ? bias[o] : 0.0f;
-                for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] + add;
+    over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
+        const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
+        T* cols = scratch<T>(0, k * most * l);
+        float* prod = scratch<float>(1, g.o * most * l);
+        for (std::size_t n0 = lo; n0 < hi; n0 += most) {
+            const std::size_t nb = std::min(most, hi - n0), row = nb * l;
+            for (std::size_t b = 0; b < nb; ++b) im2col(g, x + (n0 + b) * image, row, b, cols);
+            gemm(g.o, row, k, false, false, w, cols, prod); // (O, nb·L) = w · cols
+            for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = prod[:, b·L : (b+1)·L] + bias, rounded once
+                float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
+                for (std::size_t o = 0; o < g.o; ++o) {
+                    const float* src = prod + o * row + b * l;
+                    const float add = bias ? bias[o] : 0.0f;
+                    for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] + add;
+                }
+                commit(y, (n0 + b) * g.o * l, dst, g.o * l);
             }
-            commit(y, (n0 + b) * g.o * l, dst, g.o * l);
         }
-    }
+    });
 }
 
 struct conv_grads {
@@ -233,36 +274,46 @@ struct conv_grads {
 
 template <class T>
 void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads d) {
-    const std::size_t k = g.k(), l = g.l(), most = chunk_size(g), image = g.c * g.h * g.w;
-    if (d.db)
-        for (std::size_t n = 0; n < g.n; ++n)
-            for (std::size_t o = 0; o < g.o; ++o) {
-                float s = 0;
-                for (std::size_t i = 0; i < l; ++i) s += static_cast<float>(dy[(n * g.o + o) * l + i]);
-                d.db[o] += s;
+    const std::size_t k = g.k(), l = g.l(), image = g.c * g.h * g.w, sums = g.o * k + g.o;
+    // Each thread sums its images' dw and dbias into its own slice; the slices are added in thread order.
+    std::vector<float> partial(sums * static_cast<std::size_t>(omp_get_max_threads()), 0.0f);
+    over_batch(g, [&](std::size_t t, std::size_t lo, std::size_t hi) {
+        const std::size_t most = chunk_size(g, lo, hi);
+        float *dw = partial.data() + t * sums, *db = dw + g.o * k;
+        T* cols = scratch<T>(0, k * most * l);
+        T* dyp = scratch<T>(1, g.o * most * l);
+        float* dcols = scratch<float>(2, k * most * l);
+        float* dw_chunk = scratch<float>(3, g.o * k);
+        for (std::size_t n0 = lo; n0 < hi; n0 += most) {
+            const std::size_t nb = std::min(most, hi - n0), row = nb * l;
+            for (std::size_t b = 0; b < nb; ++b) {
+                for (std::size_t o = 0; o < g.o; ++o) { // dY as (O, nb·L), summing dbias on the way
+                    const T* src = dy + ((n0 + b) * g.o + o) * l;
+                    T* dst = dyp + o * row + b * l;
+                    float s = 0;
+                    for (std::size_t i = 0; i < l; ++i) {
+                        dst[i] = src[i];
+                        s += static_cast<float>(src[i]);
+                    }
+                    db[o] += s;
+                }
+                im2col(g, x + (n0 + b) * image, row, b, cols);
             }
-    T* cols = scratch<T>(0, k * most * l);
-    T* dyp = scratch<T>(1, g.o * most * l);
-    float* dcols = scratch<float>(2, k * most * l);
-    float* dw_chunk = scratch<float>(3, g.o * k);
-    for (std::size_t n0 = 0; n0 < g.n; n0 += most) {
-        const std::size_t nb = std::min(most, g.n - n0), row = nb * l;
-#pragma omp parallel for schedule(static) if (parallel<T>)
-        for (std::size_t b = 0; b < nb; ++b) {
-            for (std::size_t o = 0; o < g.o; ++o) // dY as (O, nb·L)
-                std::copy_n(dy + ((n0 + b) * g.o + o) * l, l, dyp + o * row + b * l);
-            im2col(g, x + (n0 + b) * image, row, b, cols);
+            gemm(g.o, k, row, false, true, dyp, cols, dw_chunk); // dY · colsᵀ
+            for (std::size_t i = 0; i < g.o * k; ++i) dw[i] += dw_chunk[i];
+            gemm(k, row, g.o, true, false, w, dyp, dcols); // wᵀ · dY
+            for (std::size_t b = 0; b < nb; ++b) {
+                float* dx = workspace(d.dx, (n0 + b) * image, image, true);
+                col2im(g, dcols, row, b, dx);
+                commit(d.dx, (n0 + b) * image, dx, image);
+            }
         }
-        gemm(g.o, k, row, false, true, dyp, cols, n0 == 0 ? d.dw : dw_chunk); // dY · colsᵀ
-        if (n0 != 0)
-            for (std::size_t i = 0; i < g.o * k; ++i) d.dw[i] += dw_chunk[i];
-        gemm(k, row, g.o, true, false, w, dyp, dcols); // wᵀ · dY
-#pragma omp parallel for schedule(static) if (parallel<T>)
-        for (std::size_t b = 0; b < nb; ++b) {
-            float* dx = workspace(d.dx, (n0 + b) * image, image);
-            col2im(g, dcols, row, b, dx);
-            commit(d.dx, (n0 + b) * image, dx, image);
-        }
+    });
+    for (std::size_t t = 0; t * sums < partial.size(); ++t) {
+        const float* p = partial.data() + t * sums;
+        for (std::size_t i = 0; i < g.o * k; ++i) d.dw[i] += p[i];
+        if (d.db)
+            for (std::size_t o = 0; o < g.o; ++o) d.db[o] += p[g.o * k + o];
     }
 }
 
@@ -271,7 +322,7 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
     const bool bf16 = x.dtype() == Dtype::bfloat16 && detail::onednn_bf16_available();
-    Tensor y(Shape{g.n, g.o, g.ho, g.wo}, x.dtype());
+    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, x.dtype());
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
     if (bf16) {
         forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, y);
@@ -279,7 +330,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
         forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, y);
     }
     const auto grads = [x, w, has_bias = bias.has_value(), g, bf16](const Tensor& dy) {
-        Tensor dx(x.shape(), x.dtype());
+        Tensor dx = Tensor::uninitialized(x.shape(), x.dtype()); // every image is zeroed in turn
         float_result dw(w.shape(), w.dtype());
         std::optional<float_result> db;
         if (has_bias) db.emplace(Shape{g.o}, w.dtype());

@@ -75,7 +75,7 @@ def convert_table(samples):
             copies[int(key[2])] = summary(runs, "bytes_per_second")
     rows = []
     for key, runs in samples.items():
-        if key[0] not in ("narrow", "widen"):
+        if key[0] not in ("narrow", "widen", "unscale"):
             continue
         op, dtype, path, n = key[0], key[1], key[2], int(key[3])
         per_element = 4 + BYTES_PER_ELEMENT[dtype]
@@ -158,6 +158,21 @@ def matmul_table(samples, ctx):
 
 
 LAYER_FLOOR = 1.25
+STEP_FLOOR = 1.03
+
+
+def step_table(samples):
+    """A whole training step with the LossScaleOptimizer against the bare inner optimizer."""
+    times = {k[1]: statistics.median(r["real_time"] for r in runs) for k, runs in samples.items() if k[0] == "step"}
+    if "adam" not in times or "loss_scale_adam" not in times:
+        return []
+    ratio = times["loss_scale_adam"] / times["adam"]
+    print("| step | time (us) | bare Adam (us) | ratio | floor |")
+    print("|---|---:|---:|---:|---|")
+    ok = ratio <= STEP_FLOOR
+    print(f"| MLP 784-512-512-10, batch 128, mixed_float16, LossScaleOptimizer(Adam) | {times['loss_scale_adam']:.0f} | "
+          f"{times['adam']:.0f} | {ratio:.3f} | {'ok' if ok else '**above**'} |")
+    return [] if ok else [f"LossScaleOptimizer step overhead {ratio:.3f}x (floor {STEP_FLOOR}x)"]
 
 
 def layers_table(samples):
@@ -192,6 +207,9 @@ def main(paths):
         if "copy" in kinds:
             print("\n### Conversions (GB/s = 1e9 bytes read + written per second)\n")
             below += convert_table(samples)
+        if "step" in kinds:
+            print("\n### Loss scaling overhead on a whole training step (time ratio, lower is better)\n")
+            below += step_table(samples)
         if "layer" in kinds:
             print("\n### Layers, forward + backward, against their GEMMs (time ratio, lower is better)\n")
             below += layers_table(samples)
