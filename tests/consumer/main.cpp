@@ -1,15 +1,29 @@
-// Uses the installed library through its umbrella header; exits non-zero if anything is off.
+// Uses an installed mixprec through its umbrella header, as the README shows; exits non-zero if
+// anything is off.
 #include <mixprec/mixprec.hpp>
 
 #include <cstdio>
+#include <vector>
 
 int main() {
-    using namespace mixprec::autodiff;
-    const Tensor a = Tensor::full(Shape{2, 3}, 1.5f, Dtype::float16);
-    const Tensor b = Tensor::full(Shape{3, 2}, 2.0f, Dtype::float16);
-    const Tensor c = kernels::matmul(a, b);
-    const bool ok = c.dtype() == Dtype::float16 && c.shape() == Shape{2, 2} && c.at({1, 1}) == 9.0f;
-    std::printf("mixprec %s: %s -> %g (%s)\n", MIXPREC_VERSION_STRING, c.description().c_str(), c.at({1, 1}),
-                ok ? "ok" : "WRONG");
+    using namespace mixprec;
+    using autodiff::Tensor;
+
+    autodiff::Variable w(Tensor::full({784, 10}, 0.01f), "w");
+    w.set_working_dtype(autodiff::Dtype::float16);
+    amp::LossScaleOptimizer opt{std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-3f})};
+
+    const Tensor x = Tensor::full({32, 784}, 0.5f, autodiff::Dtype::float16);
+    const std::vector<std::int32_t> labels(32, 3);
+    autodiff::GradientTape tape;
+    const Tensor logits = autodiff::matmul(x, w.read());
+    const Tensor loss = autodiff::sparse_categorical_crossentropy(labels, logits);
+    auto grads = tape.gradient(opt.scale_loss(loss), std::vector{w});
+    const bool applied = opt.apply(grads, {w});
+
+    const bool ok = applied && logits.dtype() == autodiff::Dtype::float16 && grads[0].dtype() == autodiff::Dtype::float16 &&
+                    opt.iterations() == 1 && w.value().at({0, 3}) > 0.01f && w.value().at({0, 0}) < 0.01f;
+    std::printf("mixprec %s: loss %.4f, step %s, scale %g (%s)\n", MIXPREC_VERSION_STRING, loss.flat(0),
+                applied ? "applied" : "skipped", opt.scale(), ok ? "ok" : "WRONG");
     return ok ? 0 : 1;
 }
