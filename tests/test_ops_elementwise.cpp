@@ -3,21 +3,16 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include "op_checks.hpp"
+
 #include <random>
 
 using namespace mixprec::autodiff;
 
 namespace {
 
-/// Uniform values in ±[lo, hi] (away from 0 when lo > 0, so kinks at 0 are not straddled by the
-/// finite-difference step of 1e-2).
 Tensor random(const Shape& shape, float lo, float hi, unsigned seed, bool positive = false) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> mag(lo, hi);
-    std::bernoulli_distribution negative(0.5);
-    std::vector<float> v(shape.elements());
-    for (auto& x : v) x = mag(gen) * (!positive && negative(gen) ? -1.0f : 1.0f);
-    return Tensor::from_floats(shape, v);
+    return op_checks::uniform(shape, lo, hi, seed, positive);
 }
 
 // Tolerances of the half-precision checks: each op rounds its result and its gradient once in the
@@ -26,12 +21,7 @@ Tensor random(const Shape& shape, float lo, float hi, unsigned seed, bool positi
 constexpr double f16_tol = 8 * 0x1p-11, bf16_tol = 8 * 0x1p-8;
 
 void check(const std::string& name, const Function& f, const std::vector<Tensor>& inputs) {
-    const GradcheckResult r = gradcheck(f, inputs);
-    BOOST_TEST(r.passed, name << " float32: " << r.worst);
-    const GradcheckResult h = gradcheck_against_float32(f, inputs, Dtype::float16, f16_tol, f16_tol);
-    BOOST_TEST(h.passed, name << " float16: " << h.worst);
-    const GradcheckResult b = gradcheck_against_float32(f, inputs, Dtype::bfloat16, bf16_tol, bf16_tol);
-    BOOST_TEST(b.passed, name << " bfloat16: " << b.worst);
+    op_checks::check_gradients(name, f, inputs, f16_tol, bf16_tol);
 }
 
 using unary = Tensor (*)(const Tensor&);

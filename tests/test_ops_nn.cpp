@@ -3,6 +3,8 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include "op_checks.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,15 +13,7 @@ using namespace mixprec::autodiff;
 
 namespace {
 
-/// Uniform values in ±[lo, hi].
-Tensor random(const Shape& shape, float lo, float hi, unsigned seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> mag(lo, hi);
-    std::bernoulli_distribution negative(0.5);
-    std::vector<float> v(shape.elements());
-    for (auto& x : v) x = mag(gen) * (negative(gen) ? -1.0f : 1.0f);
-    return Tensor::from_floats(shape, v);
-}
+Tensor random(const Shape& shape, float lo, float hi, unsigned seed) { return op_checks::uniform(shape, lo, hi, seed); }
 
 // Half-precision tolerances, relative to the largest float32 gradient of each input: the output and each
 // gradient are rounded once in the format (2^-11 for float16, 2^-8 for bfloat16), and the seed dy = w of
@@ -28,30 +22,10 @@ Tensor random(const Shape& shape, float lo, float hi, unsigned seed) {
 constexpr double f16_tol = 8 * 0x1p-11, bf16_tol = 8 * 0x1p-8;
 
 void check(const std::string& name, const Function& f, const std::vector<Tensor>& inputs) {
-    const GradcheckResult r = gradcheck(f, inputs);
-    BOOST_TEST(r.passed, name << " float32: " << r.worst);
-    const GradcheckResult h = gradcheck_against_float32(f, inputs, Dtype::float16, f16_tol, f16_tol);
-    BOOST_TEST(h.passed, name << " float16: " << h.worst);
-    const GradcheckResult b = gradcheck_against_float32(f, inputs, Dtype::bfloat16, bf16_tol, bf16_tol);
-    BOOST_TEST(b.passed, name << " bfloat16: " << b.worst);
+    op_checks::check_gradients(name, f, inputs, f16_tol, bf16_tol);
 }
 
-/// True when f throws E whose message contains every one of `parts`.
-template <class E, class F>
-bool throws_with(F f, std::initializer_list<const char*> parts) {
-    try {
-        f();
-    } catch (const E& e) {
-        const std::string what = e.what();
-        for (const char* p : parts)
-            if (what.find(p) == std::string::npos) {
-                BOOST_TEST_MESSAGE("message lacks '" << p << "': " << what);
-                return false;
-            }
-        return true;
-    }
-    return false;
-}
+using op_checks::throws_with;
 
 } // namespace
 

@@ -3,6 +3,8 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include "op_checks.hpp"
+
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -34,12 +36,7 @@ Tensor iota(const Shape& shape, Dtype dtype = Dtype::float32) {
 constexpr double f16_tol = 4 * 0x1p-11, bf16_tol = 4 * 0x1p-8;
 
 void check(const std::string& name, const Function& f, const std::vector<Tensor>& inputs) {
-    const GradcheckResult r = gradcheck(f, inputs);
-    BOOST_TEST(r.passed, name << " float32: " << r.worst);
-    const GradcheckResult h = gradcheck_against_float32(f, inputs, Dtype::float16, f16_tol, f16_tol);
-    BOOST_TEST(h.passed, name << " float16: " << h.worst);
-    const GradcheckResult b = gradcheck_against_float32(f, inputs, Dtype::bfloat16, bf16_tol, bf16_tol);
-    BOOST_TEST(b.passed, name << " bfloat16: " << b.worst);
+    op_checks::check_gradients(name, f, inputs, f16_tol, bf16_tol);
 }
 
 std::vector<float> floats(const Tensor& t) { return t.to_floats(); }
