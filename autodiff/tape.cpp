@@ -67,11 +67,11 @@ void record(const Tensor& output, std::span<const Tensor* const> inputs, Backwar
     }
 }
 
-void notify_variable_read(const Variable& variable, const Tensor& value) {
+void notify_variable_read(std::uint64_t variable_uid, const Tensor& value) {
     for (GradientTape* tape : active_tapes) {
         if (!tape->options_.watch_accessed_variables) continue;
         tape->watched_.insert(value.id());
-        auto& reads = tape->variable_reads_[variable.uid()];
+        auto& reads = tape->variable_reads_[variable_uid];
         if (std::none_of(reads.begin(), reads.end(), [&](const auto& r) { return r.id == value.id(); }))
             reads.push_back({value.id(), value.shape(), value.dtype()});
     }

@@ -16,6 +16,7 @@
 /// its recording until it is destroyed. Nested tapes record independently, but a tape does not record the
 /// ops another tape's `gradient` runs, so higher-order gradients are not available.
 
+#include "tape_hooks.hpp"
 #include "tensor.hpp"
 
 #include <functional>
@@ -72,7 +73,7 @@ class GradientTape {
   private:
     friend bool should_record(std::span<const Tensor* const> inputs);
     friend void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward);
-    friend void notify_variable_read(const Variable& variable, const Tensor& value);
+    friend void notify_variable_read(std::uint64_t variable_uid, const Tensor& value);
 
     struct Input {
         std::uint64_t id;
@@ -106,9 +107,6 @@ void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, B
 /// The same for ops with a variable number of inputs (concat).
 bool should_record(std::span<const Tensor* const> inputs);
 void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward);
-
-/// Called by Variable::read: recording tapes that watch accessed variables start watching `value`.
-void notify_variable_read(const Variable& variable, const Tensor& value);
 
 /// The same values as a new tensor that no tape watches: gradients do not flow through it.
 Tensor stop_gradient(const Tensor& x);

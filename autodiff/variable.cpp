@@ -1,6 +1,6 @@
 #include "variable.hpp"
 
-#include "tape.hpp"
+#include "tape_hooks.hpp"
 
 #include <atomic>
 
@@ -26,7 +26,7 @@ Tensor Variable::read() const {
         s.working = s.working_dtype == Dtype::float32 ? s.master : s.master.to(s.working_dtype);
         s.working_valid = true;
     }
-    if (s.trainable) notify_variable_read(*this, s.working);
+    if (s.trainable) notify_variable_read(s.uid, s.working);
     return s.working;
 }
 
