@@ -60,7 +60,7 @@ const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
 
 } // namespace
 
-Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
+Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, const Tensor* bias) {
     check_same_dtype(a, b, "matmul");
     const auto da = dims_of(a, options.transpose_a, "a", a, b);
     const auto db = dims_of(b, options.transpose_b, "b", a, b);
@@ -72,6 +72,12 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options) 
 
     const detail::gemm_shape s{da.batch, da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
                                db.batched};
+    if (bias != nullptr) {
+        check_same_dtype(a, *bias, "matmul bias");
+        if (bias->shape() != Shape{db.cols})
+            throw shape_error("matmul: bias " + bias->shape().to_string() + " does not match the " +
+                              std::to_string(db.cols) + " output columns of " + shapes_of(a, b, options));
+    }
     Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, a.dtype());
     if (out.size() == 0) return out;
 
@@ -89,6 +95,11 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options) 
         detail::onednn_matmul_bf16(s, a.raw(), b.raw(), c);
     } else {
         detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
+    }
+    if (bias != nullptr) {
+        const std::vector<float> add = bias->to_floats();
+        for (std::size_t row = 0; row < out.size() / s.n; ++row)
+            for (std::size_t j = 0; j < s.n; ++j) c[row * s.n + j] += add[j];
     }
     if (out.dtype() != Dtype::float32) narrow(c, out.raw(), out.size(), out.dtype());
     return out;

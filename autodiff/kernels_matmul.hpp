@@ -33,7 +33,8 @@ struct MatmulOptions {
 namespace kernels {
 /// a @ b, rounded once to the common dtype. shape_error names both shapes when they do not fit;
 /// dtype_error when the dtypes differ. (No autodiff: the recorded op is mixprec::autodiff::matmul.)
-Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {});
+/// A `bias` of shape (n,) and the same dtype is added to every row in float32, before the one rounding.
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {}, const Tensor* bias = nullptr);
 } // namespace kernels
 
 /// Sets the threads OpenBLAS and oneDNN use (both, so they never oversubscribe the cores).

@@ -52,3 +52,23 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
 }
 
 } // namespace mixprec::autodiff
+
+namespace mixprec::autodiff {
+
+Tensor dense(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias) {
+    if (w.rank() != 2) throw shape_error("dense: weights " + w.shape().to_string() + " must have rank 2 (in, out)");
+    Tensor y = kernels::matmul(x, w, {}, bias ? &*bias : nullptr);
+    std::vector<const Tensor*> inputs{&x, &w};
+    if (bias) inputs.push_back(&*bias);
+    if (should_record(std::span<const Tensor* const>(inputs))) {
+        const std::optional<Shape> bias_shape = bias ? std::optional<Shape>(bias->shape()) : std::nullopt;
+        record(y, std::span<const Tensor* const>(inputs), [x, w, bias_shape](const Tensor& dy) {
+            Gradients g{grad_a(dy, x, w, {}), grad_b(dy, x, w, {})};
+            if (bias_shape) g.push_back(kernels::sum_to_shape(dy, *bias_shape));
+            return g;
+        });
+    }
+    return y;
+}
+
+} // namespace mixprec::autodiff

@@ -28,7 +28,7 @@ struct Gemm {
     bool ta, tb;
 };
 
-// Dense 784 -> 512 at batch 128: y = x W + b, dx = dy Wᵀ, dW = xᵀ dy.
+// Dense 784 -> 512 at batch 128 (the dense op: y = x W + b rounded once), dx = dy Wᵀ, dW = xᵀ dy.
 const std::vector<Gemm> dense_gemms{{128, 784, 512, false, false}, {128, 512, 784, false, true}, {784, 128, 512, true, false}};
 // conv2d (128, 32, 13, 13) * (64, 32, 3, 3) -> (128, 64, 11, 11) as im2col GEMMs over P = 128·11·11 rows
 // and K = 32·3·3 columns: forward, weight gradient, column gradient.
@@ -83,7 +83,7 @@ void bm_dense(benchmark::State& state, Dtype dtype) {
     for (auto _ : state) {
         GradientTape tape;
         for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
-        const Tensor y = matmul(x, w) + b;
+        const Tensor y = dense(x, w, b);
         auto grads = tape.gradient(y, {x, w, b}); // dy = ones
         benchmark::DoNotOptimize(grads[1].raw());
     }

@@ -94,3 +94,26 @@ BOOST_AUTO_TEST_CASE(gradcheck_catches_a_wrong_backward) {
     };
     BOOST_TEST(!gradcheck(wrong, {random(Shape{3}, 0.5f, 1.0f, 70)}).passed);
 }
+
+// dense: gradients for x (2-D and 3-D), w and bias; and the bias is added before the one rounding, so
+// a float16 dense equals round(float32 product + bias) exactly.
+BOOST_AUTO_TEST_CASE(dense_layer) {
+    const auto with_bias = [](const auto& in) { return dense(in[0], in[1], in[2]); };
+    check("dense", with_bias, {random(Shape{3, 4}, 0.1f, 1.0f, 80), random(Shape{4, 5}, 0.1f, 1.0f, 81),
+                               random(Shape{5}, 0.1f, 1.0f, 82)});
+    check("dense 3-D", with_bias, {random(Shape{2, 3, 4}, 0.1f, 1.0f, 83), random(Shape{4, 5}, 0.1f, 1.0f, 84),
+                                   random(Shape{5}, 0.1f, 1.0f, 85)});
+    check("dense without bias", [](const auto& in) { return dense(in[0], in[1]); },
+          {random(Shape{3, 4}, 0.1f, 1.0f, 86), random(Shape{4, 2}, 0.1f, 1.0f, 87)});
+
+    const Tensor x = random(Shape{8, 16}, 0.1f, 1.0f, 88), w = random(Shape{16, 4}, 0.1f, 1.0f, 89),
+                 b = random(Shape{4}, 0.1f, 1.0f, 90);
+    const Tensor x16 = x.to(Dtype::float16), w16 = w.to(Dtype::float16), b16 = b.to(Dtype::float16);
+    const Tensor once = kernels::add(kernels::matmul(x16.to(Dtype::float32), w16.to(Dtype::float32)),
+                                     b16.to(Dtype::float32)).to(Dtype::float16);
+    const Tensor y = dense(x16, w16, b16);
+    BOOST_TEST(y.dtype() == Dtype::float16);
+    for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(y.flat(i) == once.flat(i));
+    BOOST_CHECK_THROW(dense(x, w, random(Shape{5}, 0.1f, 1.0f, 91)), shape_error);
+    BOOST_CHECK_THROW(dense(x, random(Shape{2, 16, 4}, 0.1f, 1.0f, 92)), shape_error);
+}
