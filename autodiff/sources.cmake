@@ -17,6 +17,7 @@ target_sources(mixprec PRIVATE
   autodiff/ops_reduce.cpp
   autodiff/ops_softmax.cpp
   autodiff/ops_conv.cpp
+  autodiff/ops_conv_onednn.cpp
   autodiff/ops_pool.cpp
   autodiff/ops_nn.cpp
   autodiff/ops_loss.cpp

@@ -1,0 +1,2 @@
+// bfloat16 conv2d through oneDNN convolution primitives (being written).
+#include "ops_conv.hpp"
