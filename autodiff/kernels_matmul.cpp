@@ -4,6 +4,7 @@
 #include "matmul_kernels.hpp"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <stdexcept>
 #include <vector>
@@ -50,11 +51,20 @@ std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) 
            (o.transpose_b ? "ᵀ" : "");
 }
 
-/// Widens a tensor into a reusable float32 buffer (no copy for float32).
+/// Widens a tensor into a reusable float32 buffer (no copy for float32). Large operands are split over
+/// the OpenMP threads, the pool OpenBLAS and oneDNN use too, so the conversion runs on every core the
+/// product will.
 const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
     scratch.resize(t.size());
-    widen(t.raw(), t.dtype(), scratch.data(), t.size());
+    const auto* bytes = static_cast<const std::byte*>(t.raw());
+    const std::size_t n = t.size(), width = size_of(t.dtype());
+    const int parts = n >= (std::size_t{1} << 15) ? std::max(1, omp_get_max_threads()) : 1;
+#pragma omp parallel for num_threads(parts) if (parts > 1)
+    for (int p = 0; p < parts; ++p) {
+        const std::size_t begin = n * std::size_t(p) / std::size_t(parts), end = n * std::size_t(p + 1) / std::size_t(parts);
+        widen(bytes + begin * width, t.dtype(), scratch.data() + begin, end - begin);
+    }
     return scratch.data();
 }
 

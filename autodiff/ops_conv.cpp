@@ -14,6 +14,16 @@
 #include <utility>
 #include <vector>
 
+namespace mixprec::autodiff::detail { // defined in ops_conv_onednn.cpp
+struct conv_bf16_shape {
+    std::size_t n, c, h, w, o, kh, kw, ho, wo, stride[2], dilation[2], padding[2];
+};
+/// x, w, dy bfloat16 (NCHW / OIHW); bias (or null), y, dx, dw, db (or null) float32, written whole.
+void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const void* w, const float* bias, float* y);
+void onednn_conv_bf16_backward(const conv_bf16_shape& s, const void* x, const void* w, const void* dy, float* dx,
+                               float* dw, float* db);
+} // namespace mixprec::autodiff::detail
+
 namespace mixprec::autodiff {
 namespace {
 
@@ -317,25 +327,43 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
     }
 }
 
+detail::conv_bf16_shape conv_shape(const geometry& g) {
+    const auto& o = g.opt;
+    return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, {o.stride[0], o.stride[1]},
+            {o.dilation[0], o.dilation[1]}, {o.padding[0], o.padding[1]}};
+}
+
 } // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
     const bool bf16 = x.dtype() == Dtype::bfloat16 && detail::onednn_bf16_available();
+    // oneDNN convolution primitives for bfloat16, writing float32 that is rounded here once; empty
+    // shapes stay on the im2col path.
+    const bool direct = bf16 && g.n > 0 && g.c > 0 && g.o > 0 && g.l() > 0;
     Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, x.dtype());
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
-    if (bf16) {
+    if (direct) {
+        float* wide = scratch<float>(image_result, y.size());
+        detail::onednn_conv_bf16_forward(conv_shape(g), x.raw(), w.raw(), b, wide);
+        narrow(wide, y.raw(), y.size(), y.dtype());
+    } else if (bf16) {
         forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, y);
     } else {
         forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, y);
     }
-    const auto grads = [x, w, has_bias = bias.has_value(), g, bf16](const Tensor& dy) {
+    const auto grads = [x, w, has_bias = bias.has_value(), g, bf16, direct](const Tensor& dy) {
         Tensor dx = Tensor::uninitialized(x.shape(), x.dtype()); // every image is zeroed in turn
         float_result dw(w.shape(), w.dtype());
         std::optional<float_result> db;
         if (has_bias) db.emplace(Shape{g.o}, w.dtype());
         const conv_grads d{dx, dw.data, db ? db->data : nullptr};
-        if (bf16) {
+        if (direct) {
+            float* wide = scratch<float>(image_result, dx.size());
+            detail::onednn_conv_bf16_backward(conv_shape(g), x.raw(), w.raw(), dy.data<bfloat16>().data(), wide,
+                                              dw.data, db ? db->data : nullptr);
+            narrow(wide, dx.raw(), dx.size(), dx.dtype());
+        } else if (bf16) {
             backward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), dy.data<bfloat16>().data(), d);
         } else {
             backward(g, floats_of(x, widened_x), floats_of(w, widened_w), floats_of(dy, widened_other), d);
