@@ -1,11 +1,11 @@
 #pragma once
 /// 2-D convolution (cross-correlation, as in every deep-learning library) with its gradient.
 ///
-/// Layout NCHW, weights (O, C, kh, kw). The product is one GEMM on an im2col matrix per chunk of the
-/// batch: OpenBLAS sgemm on operands widened to float32, or for bfloat16 (on CPUs with AVX512-BF16)
-/// oneDNN on the bfloat16 values themselves (exact products, float32 accumulation). Either way the
-/// product comes out in float32, the bias is added in float32, and the result is rounded once to the
-/// inputs' dtype. The backward pass likewise: dx (overlapping patches included), dw and dbias are each
+/// Layout NCHW, weights (O, C, kh, kw). For bfloat16 on CPUs with AVX512-BF16, oneDNN's convolution
+/// primitives run on the bfloat16 values themselves (exact products, float32 accumulation, float32
+/// results). Every other case is one GEMM on an im2col matrix per chunk of the batch: OpenBLAS sgemm on
+/// operands widened to float32. Either way the product comes out in float32, the bias is added in
+/// float32, and the result is rounded once (by mixprec, never by oneDNN) to the inputs' dtype. The backward pass likewise: dx (overlapping patches included), dw and dbias are each
 /// summed in float32 and rounded once. Chunks keep the column matrix at about 1 MiB.
 
 #include "tensor.hpp"
