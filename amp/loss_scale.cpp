@@ -128,41 +128,17 @@ void LossScale::step(bool finite) {
             }
         }
         break;
-    case ScaleRule::keras: // no floor and no cap of its own (the preset's min 0, max ∞)
-        if (finite) {
-            if (s.growth_counter == n - 1) {
-                grow();
-                s.growth_counter = 0;
-            } else {
-                ++s.growth_counter;
-            }
-        } else {
-            s.growth_counter = 0;
-            back_off(o.min_scale);
-        }
-        break;
-    case ScaleRule::tf_keras:
-        if (finite) {
-            if (s.growth_counter + 1 >= n) {
-                grow();
-                s.growth_counter = 0;
-            } else {
-                ++s.growth_counter;
-            }
-        } else {
-            s.growth_counter = 0;
-            back_off(std::max(o.min_scale, 1.0f));
-        }
-        break;
-    case ScaleRule::pytorch:
+    case ScaleRule::keras:    // Keras 3, tf.keras and PyTorch share one rule: grow on the N-th finite step
+    case ScaleRule::tf_keras: // in a row, reset and back off on an overflow. They differ in the floor
+    case ScaleRule::pytorch:  // only (tf.keras never goes below 1) and in their presets' defaults.
         if (finite) {
             if (++s.growth_counter == n) {
                 grow();
                 s.growth_counter = 0;
             }
         } else {
-            back_off(o.min_scale);
             s.growth_counter = 0;
+            back_off(o.rule == ScaleRule::tf_keras ? std::max(o.min_scale, 1.0f) : o.min_scale);
         }
         break;
     case ScaleRule::deepspeed:

@@ -21,17 +21,16 @@ constexpr std::size_t chunk = 4096; // floats: widened and scaled while still in
 /// written with streaming stores, which skip reading the destination first (as memcpy does).
 constexpr std::size_t stream_above = std::size_t{1} << 20;
 
-/// dst[0..n) = src[0..n), bypassing the caches when `stream` and dst is 16-byte aligned.
-void store(float* dst, const float* src, std::size_t n, bool stream) {
+/// dst[0..n) = src[0..n), bypassing the caches when dst is 16-byte aligned.
+void store(float* dst, const float* src, std::size_t n) {
 #if defined(__SSE2__)
-    if (stream && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
+    if (reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
         std::size_t i = 0;
         for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
         std::memcpy(dst + i, src + i, (n - i) * sizeof(float));
         return;
     }
 #endif
-    (void)stream;
     std::memcpy(dst, src, n * sizeof(float));
 }
 
@@ -81,13 +80,16 @@ UnscaleResult unscale(const autodiff::Tensor& grad, float inverse_scale, std::sp
     const auto* bytes = static_cast<const std::byte*>(grad.raw());
     const std::size_t width = autodiff::size_of(grad.dtype());
     const bool stream = grad.size() > stream_above;
-    alignas(64) float buffer[chunk]; // one chunk, widened and scaled in L1, then stored once
+    alignas(64) float buffer[chunk];
     UnscaleResult total;
     for (std::size_t i = 0; i < grad.size(); i += chunk) {
         const std::size_t n = std::min(chunk, grad.size() - i);
-        autodiff::widen(bytes + i * width, grad.dtype(), buffer, n);
-        const UnscaleResult r = scale_chunk(buffer, n, inverse_scale);
-        store(out.data() + i, buffer, n, stream);
+        // Streamed results go through an L1 buffer (streaming stores want whole aligned blocks);
+        // the others are widened straight into `out` and scaled there.
+        float* chunk_out = stream ? buffer : out.data() + i;
+        autodiff::widen(bytes + i * width, grad.dtype(), chunk_out, n);
+        const UnscaleResult r = scale_chunk(chunk_out, n, inverse_scale);
+        if (stream) store(out.data() + i, buffer, n);
         total.finite = total.finite && r.finite;
         total.squared_norm += r.squared_norm;
     }

@@ -9,12 +9,6 @@
 namespace mixprec::autodiff::kernels {
 namespace {
 
-/// out[i] = f(x[i]), chunk by chunk: widen, compute in float32, round once.
-template <class F>
-Tensor unary(const Tensor& x, F f) {
-    return detail::map(x, f);
-}
-
 template <class F>
 Tensor binary(const Tensor& a, const Tensor& b, F f, const char* name) {
     check_same_dtype(a, b, name);
@@ -59,18 +53,18 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
 }
 
 Tensor scale(const Tensor& x, float factor) {
-    return unary(x, [factor](float v) { return v * factor; });
+    return detail::map(x, [factor](float v) { return v * factor; });
 }
-Tensor neg(const Tensor& x) { return unary(x, [](float v) { return -v; }); }
-Tensor abs(const Tensor& x) { return unary(x, [](float v) { return std::fabs(v); }); }
-Tensor exp(const Tensor& x) { return unary(x, [](float v) { return std::exp(v); }); }
-Tensor log(const Tensor& x) { return unary(x, [](float v) { return std::log(v); }); }
-Tensor sqrt(const Tensor& x) { return unary(x, [](float v) { return std::sqrt(v); }); }
-Tensor square(const Tensor& x) { return unary(x, [](float v) { return v * v; }); }
-Tensor relu(const Tensor& x) { return unary(x, [](float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; }); }
-Tensor tanh(const Tensor& x) { return unary(x, [](float v) { return std::tanh(v); }); }
+Tensor neg(const Tensor& x) { return detail::map(x, [](float v) { return -v; }); }
+Tensor abs(const Tensor& x) { return detail::map(x, [](float v) { return std::fabs(v); }); }
+Tensor exp(const Tensor& x) { return detail::map(x, [](float v) { return std::exp(v); }); }
+Tensor log(const Tensor& x) { return detail::map(x, [](float v) { return std::log(v); }); }
+Tensor sqrt(const Tensor& x) { return detail::map(x, [](float v) { return std::sqrt(v); }); }
+Tensor square(const Tensor& x) { return detail::map(x, [](float v) { return v * v; }); }
+Tensor relu(const Tensor& x) { return detail::map(x, [](float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; }); }
+Tensor tanh(const Tensor& x) { return detail::map(x, [](float v) { return std::tanh(v); }); }
 Tensor sigmoid(const Tensor& x) {
-    return unary(x, [](float v) {
+    return detail::map(x, [](float v) {
         if (v >= 0.0f) return 1.0f / (1.0f + std::exp(-v));
         const float e = std::exp(v);
         return e / (1.0f + e);

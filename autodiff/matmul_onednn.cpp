@@ -1,7 +1,7 @@
 #include "convert.hpp"
 #include "matmul_kernels.hpp"
+#include "onednn_kernels.hpp"
 
-#include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include <map>
@@ -13,10 +13,7 @@ namespace {
 using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 
-dnnl::engine& engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
+dnnl::engine& engine() { return onednn_engine(); }
 
 struct matmul_plan {
     dnnl::memory::desc a, b, c;
@@ -36,6 +33,16 @@ matmul_plan make_plan(const gemm_shape& s) {
 
 } // namespace
 
+dnnl::engine& onednn_engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+dnnl::stream& onednn_stream() {
+    thread_local dnnl::stream s(onednn_engine());
+    return s;
+}
+
 bool onednn_bf16_available() {
     static const bool available = has_avx512_bf16();
     return available;
@@ -49,7 +56,7 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, float
     if (it == plans.end()) it = plans.emplace(key, make_plan(s)).first;
     const matmul_plan& p = it->second;
 
-    thread_local dnnl::stream stream(engine());
+    dnnl::stream& stream = onednn_stream();
     dnnl::memory ma(p.a, engine(), const_cast<void*>(a)), mb(p.b, engine(), const_cast<void*>(b)), mc(p.c, engine(), c);
     p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     stream.wait();

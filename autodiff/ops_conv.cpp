@@ -1,5 +1,6 @@
 #include "ops_conv.hpp"
 
+#include "conv_kernels.hpp"
 #include "convert.hpp"
 #include "matmul_kernels.hpp"
 #include "tape.hpp"
@@ -13,16 +14,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-namespace mixprec::autodiff::detail { // defined in ops_conv_onednn.cpp
-struct conv_bf16_shape {
-    std::size_t n, c, h, w, o, kh, kw, ho, wo, stride[2], dilation[2], padding[2];
-};
-/// x, w, dy bfloat16 (NCHW / OIHW); bias (or null), y, dx, dw, db (or null) float32, written whole.
-void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const void* w, const float* bias, float* y);
-void onednn_conv_bf16_backward(const conv_bf16_shape& s, const void* x, const void* w, const void* dy, float* dx,
-                               float* dw, float* db);
-} // namespace mixprec::autodiff::detail
 
 namespace mixprec::autodiff {
 namespace {
@@ -38,13 +29,8 @@ struct geometry {
     std::size_t l() const { return ho * wo; }     // output positions per image
 };
 
-std::string pair_text(std::array<std::size_t, 2> a) {
-    std::string s = "("; // appends: GCC 12 gives a false -Wrestrict warning on "(" + std::string
-    s += std::to_string(a[0]);
-    s += ", ";
-    s += std::to_string(a[1]);
-    return s += ")";
-}
+/// "(a, b)", as shapes print.
+std::string pair_text(std::array<std::size_t, 2> a) { return Shape{a[0], a[1]}.to_string(); }
 
 geometry check(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Conv2dOptions& o) {
     const std::string xs = "input " + x.shape().to_string(), ws = "weights " + w.shape().to_string();

@@ -1,19 +1,11 @@
 // bfloat16 conv2d through oneDNN convolution primitives. oneDNN always writes float32 here; the
 // caller rounds each result once with narrow(), so oneDNN never rounds to bfloat16 itself.
 //
-// Internal interface (declared again, identically, at the top of ops_conv.cpp):
-//
-//   namespace mixprec::autodiff::detail {
-//   struct conv_bf16_shape { std::size_t n, c, h, w, o, kh, kw, ho, wo, stride[2], dilation[2], padding[2]; };
-//   void onednn_conv_bf16_forward(const conv_bf16_shape&, const void* x, const void* w, const float* bias, float* y);
-//   void onednn_conv_bf16_backward(const conv_bf16_shape&, const void* x, const void* w, const void* dy,
-//                                  float* dx, float* dw, float* db);
-//   }
+// The interface is in conv_kernels.hpp.
 //
 // x, w and dy hold bfloat16 (NCHW / OIHW); bias, y, dx, dw (OIHW) and db (O, may be null) are float32.
-#include "ops_conv.hpp"
-
-#include <oneapi/dnnl/dnnl.hpp>
+#include "conv_kernels.hpp"
+#include "onednn_kernels.hpp"
 
 #include <array>
 #include <cstddef>
@@ -23,14 +15,6 @@
 
 namespace mixprec::autodiff::detail {
 
-struct conv_bf16_shape {
-    std::size_t n, c, h, w, o, kh, kw, ho, wo, stride[2], dilation[2], padding[2];
-};
-
-void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const void* w, const float* bias, float* y);
-void onednn_conv_bf16_backward(const conv_bf16_shape& s, const void* x, const void* w, const void* dy, float* dx,
-                               float* dw, float* db);
-
 namespace {
 
 using dims = dnnl::memory::dims;
@@ -38,15 +22,8 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 using dim = dnnl::memory::dim;
 
-dnnl::engine& engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
-
-dnnl::stream& stream() {
-    thread_local dnnl::stream s(engine());
-    return s;
-}
+dnnl::engine& engine() { return onednn_engine(); }
+dnnl::stream& stream() { return onednn_stream(); }
 
 /// Let oneDNN choose blocked layouts (with reorders to and from the plain ones) instead of running on
 /// nchw / oihw directly.

@@ -27,13 +27,8 @@ struct geometry {
     }
 };
 
-std::string pair_text(std::array<std::size_t, 2> a) {
-    std::string s = "("; // appends: GCC 12 gives a false -Wrestrict warning on "(" + std::string
-    s += std::to_string(a[0]);
-    s += ", ";
-    s += std::to_string(a[1]);
-    return s += ")";
-}
+/// "(a, b)", as shapes print.
+std::string pair_text(std::array<std::size_t, 2> a) { return Shape{a[0], a[1]}.to_string(); }
 
 geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kernel, std::array<std::size_t, 2> stride,
                std::array<std::size_t, 2> padding) {

@@ -14,10 +14,10 @@ LossScale make(std::string_view preset, LossScaleOptions changes(LossScaleOption
     return LossScale(changes(loss_scale_preset(preset)));
 }
 
-std::vector<float> run(LossScale& s, const std::string& steps) { // 'o' finite, 'x' overflow
+std::vector<float> run(LossScale& s, const std::string& steps) { // '.' finite step, '!' overflow
     std::vector<float> out;
     for (char c : steps) {
-        s.update(c == 'o');
+        s.update(c == '.');
         out.push_back(s.scale());
     }
     return out;
@@ -29,17 +29,17 @@ std::vector<float> run(LossScale& s, const std::string& steps) { // 'o' finite, 
 
 BOOST_AUTO_TEST_CASE(keras_downscaling_and_upscaling) {
     auto down = make("keras", [](auto o) { o.initial_scale = 400; return o; });
-    run(down, "xxxx");
+    run(down, "!!!!");
     BOOST_TEST(down.scale() == 25.0f); // keras test_downscaling
     auto up = make("keras", [](auto o) { o.initial_scale = 2; o.growth_interval = 2; return o; });
-    run(up, "oooooooo");
+    run(up, "........");
     BOOST_TEST(up.scale() == 32.0f); // keras test_upscaling
 }
 
 BOOST_AUTO_TEST_CASE(tf_keras_dynamic_update_and_floor) {
     auto s = make("tf_keras", [](auto o) { o.initial_scale = 2; o.growth_interval = 1; return o; });
-    BOOST_TEST(run(s, "ox") == (std::vector<float>{4, 2}), boost::test_tools::per_element()); // testDynamicUpdate
-    BOOST_TEST(run(s, "xxx") == (std::vector<float>{1, 1, 1}), boost::test_tools::per_element()); // floor 1
+    BOOST_TEST(run(s, ".!") == (std::vector<float>{4, 2}), boost::test_tools::per_element()); // testDynamicUpdate
+    BOOST_TEST(run(s, "!!!") == (std::vector<float>{1, 1, 1}), boost::test_tools::per_element()); // floor 1
 }
 
 BOOST_AUTO_TEST_CASE(pytorch_update_scale_and_scaling_case) {
@@ -56,40 +56,40 @@ BOOST_AUTO_TEST_CASE(pytorch_update_scale_and_scaling_case) {
     BOOST_TEST(s.scale() == 2.0f);
     // _run_scaling_case: init 128, growth 2, interval 1, 4 iterations with one skipped -> 128·2³·0.5
     auto c = make("pytorch", [](auto o) { o.initial_scale = 128; o.growth_interval = 1; return o; });
-    run(c, "ooxo");
+    run(c, "..!.");
     BOOST_TEST(c.scale() == 512.0f);
     // test_grad_scale_will_not_overflow: init 1e38, growth 2^4, interval 1
     auto big = make("pytorch", [](auto o) { o.initial_scale = 1e38f; o.growth_factor = 16; o.growth_interval = 1; return o; });
-    run(big, "oooo");
+    run(big, "....");
     BOOST_TEST(big.scale() == 1e38f);
 }
 
 BOOST_AUTO_TEST_CASE(deepspeed_no_all_some_overflow) {
     // test_no_overflow: init 2^8, window 2: grows on the (window+1)-th clean step, then every window
     auto s = make("deepspeed", [](auto o) { o.initial_scale = 256; o.growth_interval = 2; o.hysteresis = 1; return o; });
-    BOOST_TEST(run(s, "oooooooo") == (std::vector<float>{256, 256, 512, 512, 1024, 1024, 2048, 2048}),
+    BOOST_TEST(run(s, "........") == (std::vector<float>{256, 256, 512, 512, 1024, 1024, 2048, 2048}),
                boost::test_tools::per_element());
     BOOST_TEST(s.state().iteration == 8);
     // test_all_overflow: init 2^4 halves every step down to min_scale (keep going here; raise below)
     auto all = make("deepspeed", [](auto o) {
         o.initial_scale = 16; o.hysteresis = 1; o.at_min_scale = AtMinScale::keep_going; return o; });
-    BOOST_TEST(run(all, "xxxxxx") == (std::vector<float>{8, 4, 2, 1, 1, 1}), boost::test_tools::per_element());
+    BOOST_TEST(run(all, "!!!!!!") == (std::vector<float>{8, 4, 2, 1, 1, 1}), boost::test_tools::per_element());
     auto raising = make("deepspeed", [](auto o) { o.initial_scale = 2; o.hysteresis = 1; return o; });
-    run(raising, "x");
+    run(raising, "!");
     BOOST_CHECK_THROW(raising.update(false), loss_scale_error);
     // test_some_overflow: 2 overflows -> /4; window+1 clean -> x2; 1 overflow -> /2
     auto some = make("deepspeed", [](auto o) { o.initial_scale = 256; o.growth_interval = 2; o.hysteresis = 1; return o; });
-    run(some, "xx");
+    run(some, "!!");
     BOOST_TEST(some.scale() == 64.0f);
-    run(some, "ooo");
+    run(some, "...");
     BOOST_TEST(some.scale() == 128.0f);
-    run(some, "x");
+    run(some, "!");
     BOOST_TEST(some.scale() == 64.0f);
 }
 
 BOOST_AUTO_TEST_CASE(megatron_hysteresis_is_refilled_only_on_growth) {
     auto s = make("megatron", [](auto o) { o.initial_scale = 1024; o.growth_interval = 3; o.hysteresis = 2; return o; });
-    BOOST_TEST(run(s, "xoxxooo") == (std::vector<float>{1024, 1024, 512, 256, 256, 256, 512}),
+    BOOST_TEST(run(s, "!.!!...") == (std::vector<float>{1024, 1024, 512, 256, 256, 256, 512}),
                boost::test_tools::per_element());
     BOOST_TEST(s.state().hysteresis_left == 2);
 }
@@ -120,27 +120,27 @@ BOOST_AUTO_TEST_CASE(mixprec_hysteresis_fuzz_like_apex) {
 
 BOOST_AUTO_TEST_CASE(cerebras_tolerance_and_clamp) {
     auto s = make("cerebras", [](auto o) { o.initial_scale = 1024; o.growth_interval = 4; o.overflow_tolerance = 0.25; return o; });
-    // 1 overflow in 4 steps: 1/1 > 0.25 at once backs off; then o,o,o,x: 1/4 is not > 0.25
-    BOOST_TEST(run(s, "x") == std::vector<float>{512}, boost::test_tools::per_element());
-    BOOST_TEST(run(s, "ooox") == (std::vector<float>{512, 512, 512, 512}), boost::test_tools::per_element());
-    BOOST_TEST(run(s, "o") == std::vector<float>{1024}, boost::test_tools::per_element()); // 5 > 4 steps: grow
+    // 1 overflow in 4 steps: 1/1 > 0.25 at once backs off; then three finite steps and an overflow: 1/4 is not > 0.25
+    BOOST_TEST(run(s, "!") == std::vector<float>{512}, boost::test_tools::per_element());
+    BOOST_TEST(run(s, "...!") == (std::vector<float>{512, 512, 512, 512}), boost::test_tools::per_element());
+    BOOST_TEST(run(s, ".") == std::vector<float>{1024}, boost::test_tools::per_element()); // 5 > 4 steps: grow
     auto capped = make("cerebras", [](auto o) { o.initial_scale = 32768; o.growth_interval = 1; return o; });
-    run(capped, "oo");
+    run(capped, "..");
     BOOST_TEST(capped.scale() == 32768.0f);              // clamped to max 2^15
     BOOST_TEST(capped.state().unclamped_scale == 65536.0f);
 }
 
 BOOST_AUTO_TEST_CASE(ascend_cumulative_decrease) {
     auto s = make("ascend", [](auto o) { o.initial_scale = 1000; o.growth_interval = 3; return o; });
-    // decr_every_n = 2 counts overflows cumulatively: x, o, x backs off once by 0.8
-    BOOST_TEST(run(s, "xox") == (std::vector<float>{1000, 1000, 1000 * 0.8f}), boost::test_tools::per_element());
-    BOOST_TEST(run(s, "ooo") == (std::vector<float>{800, 800, 1600}), boost::test_tools::per_element());
+    // decr_every_n = 2 counts overflows cumulatively: overflow, finite, overflow backs off once by 0.8
+    BOOST_TEST(run(s, "!.!") == (std::vector<float>{1000, 1000, 1000 * 0.8f}), boost::test_tools::per_element());
+    BOOST_TEST(run(s, "...") == (std::vector<float>{800, 800, 1600}), boost::test_tools::per_element());
 }
 
 // A fixed scale never moves; bad options are refused with the option's name.
 BOOST_AUTO_TEST_CASE(fixed_scale_and_validation) {
     LossScale fixed({.dynamic = false, .initial_scale = 128});
-    run(fixed, "xxoooxo");
+    run(fixed, "!!...!.");
     BOOST_TEST(fixed.scale() == 128.0f);
     const auto message = [](LossScaleOptions o) -> std::string {
         try {

@@ -24,7 +24,9 @@ std::vector<Variable> variables(Dtype working, unsigned seed) {
     for (std::size_t n : {5u, 17u, 3u}) {
         std::vector<float> v(n);
         for (auto& x : v) x = d(gen);
-        vars.emplace_back(vec(v), "w" + std::to_string(n));
+        std::string name = "w"; // appended, not "w" + ...: GCC 12 warns falsely (-Wrestrict) on the latter
+        name += std::to_string(n);
+        vars.emplace_back(vec(v), name);
         vars.back().set_working_dtype(working);
     }
     return vars;

@@ -17,12 +17,7 @@ namespace {
 
 /// Uniform values in ±[lo, hi].
 Tensor random(const Shape& shape, unsigned seed, float lo = 0.1f, float hi = 2.0f) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> mag(lo, hi);
-    std::bernoulli_distribution negative(0.5);
-    std::vector<float> v(shape.elements());
-    for (auto& x : v) x = mag(gen) * (negative(gen) ? -1.0f : 1.0f);
-    return Tensor::from_floats(shape, v);
+    return op_checks::uniform(shape, lo, hi, seed);
 }
 
 /// Distinct values 0.1 k - 1 in shuffled order: no two within 0.1, so max has no ties and the
