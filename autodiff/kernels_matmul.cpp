@@ -51,20 +51,26 @@ std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) 
            (o.transpose_b ? "ᵀ" : "");
 }
 
-/// Widens a tensor into a reusable float32 buffer (no copy for float32). Large operands are split over
-/// the OpenMP threads, the pool OpenBLAS and oneDNN use too, so the conversion runs on every core the
-/// product will.
+/// Splits [0, n) over the OpenMP threads (the pool OpenBLAS and oneDNN use too) when n is large enough
+/// to pay for it, and calls part(begin, end) for each piece.
+template <class Part>
+void split(std::size_t n, Part part) {
+    const int parts = n >= (std::size_t{1} << 15) ? std::max(1, omp_get_max_threads()) : 1;
+#pragma omp parallel for num_threads(parts) if (parts > 1)
+    for (int p = 0; p < parts; ++p)
+        part(n * std::size_t(p) / std::size_t(parts), n * std::size_t(p + 1) / std::size_t(parts));
+}
+
+/// Widens a tensor into a reusable float32 buffer (no copy for float32), on every thread the product
+/// will run on.
 const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
     scratch.resize(t.size());
     const auto* bytes = static_cast<const std::byte*>(t.raw());
-    const std::size_t n = t.size(), width = size_of(t.dtype());
-    const int parts = n >= (std::size_t{1} << 15) ? std::max(1, omp_get_max_threads()) : 1;
-#pragma omp parallel for num_threads(parts) if (parts > 1)
-    for (int p = 0; p < parts; ++p) {
-        const std::size_t begin = n * std::size_t(p) / std::size_t(parts), end = n * std::size_t(p + 1) / std::size_t(parts);
+    const std::size_t width = size_of(t.dtype());
+    split(t.size(), [&](std::size_t begin, std::size_t end) {
         widen(bytes + begin * width, t.dtype(), scratch.data() + begin, end - begin);
-    }
+    });
     return scratch.data();
 }
 
