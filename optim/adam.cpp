@@ -33,21 +33,42 @@ std::vector<std::string> Adam::slot_names() const {
     return {"m", "v"};
 }
 
-void Adam::update(std::size_t index, std::span<float> w, std::span<const float> g, float lr, std::int64_t step) {
-    const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.epsilon;
-    const double t = double(step);
-    const float step_size = float(double(lr) / (1.0 - std::pow(double(b1), t)));
-    const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(b2), t)));
-    const float decay = 1.0f - lr * weight_decay_;
-    std::span<float> m = slot(0, index), v = slot(1, index);
-    std::span<float> v_max = options_.amsgrad ? slot(2, index) : v;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-        if (weight_decay_ > 0) w[i] *= decay;
+namespace {
+
+/// The Adam update of n elements: w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
+/// (amsgrad) v replaced by the running maximum. One pass, no aliasing, vectorized for the widest unit the
+/// CPU has; every path rounds each operation as the scalar code does (no FMA contraction: see
+/// optim/sources.cmake), so all give the same bits.
+[[gnu::target_clones("avx512f", "avx2", "default")]]
+void adam_kernel(std::size_t n, float* __restrict w, float* __restrict m, float* __restrict v,
+                 float* __restrict v_max, const float* __restrict g, float b1, float b2, float eps, float step_size,
+                 float bc2_sqrt, float decay) {
+    if (v_max) {
+        for (std::size_t i = 0; i < n; ++i) {
+            m[i] = b1 * m[i] + (1 - b1) * g[i];
+            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+            v_max[i] = std::max(v_max[i], v[i]);
+            w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v_max[i]) / bc2_sqrt + eps);
+        }
+        return;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
         m[i] = b1 * m[i] + (1 - b1) * g[i];
         v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        if (options_.amsgrad) v_max[i] = std::max(v_max[i], v[i]);
-        w[i] -= step_size * m[i] / (std::sqrt(v_max[i]) / bc2_sqrt + eps);
+        w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
     }
+}
+
+} // namespace
+
+void Adam::update(std::size_t index, std::span<float> w, std::span<const float> g, float lr, std::int64_t step) {
+    const double t = double(step);
+    const float step_size = float(double(lr) / (1.0 - std::pow(double(options_.beta1), t)));
+    const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(options_.beta2), t)));
+    const float decay = 1.0f - lr * weight_decay_; // exactly 1 for Adam
+    adam_kernel(w.size(), w.data(), slot(0, index).data(), slot(1, index).data(),
+                options_.amsgrad ? slot(2, index).data() : nullptr, g.data(), options_.beta1, options_.beta2,
+                options_.epsilon, step_size, bc2_sqrt, decay);
 }
 
 AdamW::AdamW(Options o)
