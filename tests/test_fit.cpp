@@ -1,0 +1,317 @@
+// fit, evaluate, predict and the callbacks: learning, resumption that gives the same bits as an
+// uninterrupted run, skipped steps, logs and early stops.
+#define BOOST_TEST_MODULE fit
+#include <boost/test/unit_test.hpp>
+
+#include "amp/loss_scale_optimizer.hpp"
+#include "models/callbacks.hpp"
+#include "models/fit.hpp"
+#include "models/layers_core.hpp"
+#include "optim/adam.hpp"
+#include "optim/sgd.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace mixprec;
+using autodiff::Shape;
+using autodiff::Tensor;
+
+namespace {
+
+/// Three Gaussian blobs in 8 dimensions, one per class: easy to separate, so a small model must learn them.
+models::TensorDataset blobs(std::size_t n, std::uint64_t seed) {
+    autodiff::Rng rng(seed);
+    std::vector<float> x(n * 8);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        y[i] = static_cast<std::int32_t>(rng() % 3);
+        for (std::size_t j = 0; j < 8; ++j) {
+            const float centre = (j % 3 == std::size_t(y[i])) ? 2.0f : 0.0f;
+            x[i * 8 + j] = centre + (rng.uniform() - 0.5f);
+        }
+    }
+    return models::TensorDataset(Tensor::from_floats(Shape{n, 8}, x), std::move(y));
+}
+
+models::Sequential small_model(float dropout = 0.0f) {
+    models::Sequential model;
+    model.add(models::Dense(16, "relu"));
+    if (dropout > 0) model.add(models::Dropout(dropout));
+    model.add(models::Dense(3));
+    model.build(Shape{8}, 42);
+    return model;
+}
+
+std::unique_ptr<amp::LossScaleOptimizer> scaled_adam(std::int64_t growth_interval = 5) {
+    amp::LossScaleOptions scale;
+    scale.initial_scale = 1024;
+    scale.growth_interval = growth_interval;
+    return std::make_unique<amp::LossScaleOptimizer>(
+        std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-2f}), scale);
+}
+
+void inject_inf_at(std::vector<std::int64_t> steps, models::FitOptions& options) {
+    options.gradient_hook = [steps](std::int64_t step, std::vector<Tensor>& grads) {
+        if (std::find(steps.begin(), steps.end(), step) == steps.end()) return;
+        auto values = grads[0].to_floats();
+        values[0] = INFINITY;
+        grads[0] = Tensor::from_floats(grads[0].shape(), values, grads[0].dtype());
+    };
+}
+
+struct PolicyGuard {
+    explicit PolicyGuard(const char* name) { amp::set_global_policy(name); }
+    ~PolicyGuard() { amp::set_global_policy("float32"); }
+};
+
+std::filesystem::path temp_path(const std::string& name) {
+    return std::filesystem::temp_directory_path() / ("mixprec_test_fit_" + name);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(fit_learns_blobs_and_evaluate_agrees) {
+    const auto train = blobs(600, 1), test = blobs(300, 2);
+    models::Sequential model = small_model();
+    optim::SGD sgd(optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f});
+    models::TrainingState state;
+    const auto before = models::evaluate(model, test);
+    const auto history =
+        models::fit(model, sgd, train, state, {.epochs = 3, .batch_size = 32, .seed = 3, .validation = &test});
+    BOOST_TEST(history.size() == 3u);
+    BOOST_TEST(state.epoch == 3);
+    BOOST_TEST(state.step == 3 * 19); // ceil(600 / 32) = 19 batches per epoch, the last one of 24
+    BOOST_TEST(history.back().train_loss < history.front().train_loss);
+    const auto after = models::evaluate(model, test);
+    BOOST_TEST(after.accuracy > 0.95);
+    BOOST_TEST(after.loss < before.loss);
+    BOOST_TEST(*history.back().validation_accuracy == after.accuracy);
+    BOOST_TEST(models::accuracy(models::predict(model, test), std::vector<std::int32_t>(300, 0)) < 0.6);
+}
+
+BOOST_AUTO_TEST_CASE(compile_and_the_short_way) {
+    const auto train = blobs(200, 1);
+    models::Sequential model = small_model();
+    optim::Adam adam(optim::Adam::Options{.learning_rate = 1e-2f});
+    BOOST_CHECK_THROW(model.fit(train, {}), std::logic_error);
+    BOOST_CHECK_THROW(model.compile(adam, "mse"), std::invalid_argument);
+    BOOST_CHECK_THROW(model.compile(adam, "sparse_categorical_crossentropy", {"f1"}), std::invalid_argument);
+    model.compile(adam);
+    model.fit(train, {.epochs = 6, .batch_size = 50});
+    BOOST_TEST(model.training_state().step == 24);
+    BOOST_TEST(adam.iterations() == 24);
+    BOOST_TEST(model.evaluate(train).accuracy > 0.9);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_and_mismatched_data_are_named) {
+    models::Sequential model = small_model();
+    optim::SGD sgd;
+    models::TrainingState state;
+    const auto data = blobs(10, 1);
+    BOOST_CHECK_THROW(models::fit(model, sgd, data, state, {.epochs = 0}), std::invalid_argument);
+    BOOST_CHECK_THROW(models::fit(model, sgd, data, state, {.batch_size = 0}), std::invalid_argument);
+    const models::TensorDataset wrong(Tensor(Shape{4, 5}), {0, 1, 2, 0});
+    try {
+        models::fit(model, sgd, wrong, state, {});
+        BOOST_FAIL("a dataset of the wrong shape was accepted");
+    } catch (const autodiff::shape_error& e) {
+        const std::string message = e.what();
+        BOOST_TEST(message.find("(5)") != std::string::npos);
+        BOOST_TEST(message.find("(8)") != std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(injected_overflow_skips_the_step_and_backs_off) {
+    PolicyGuard policy("mixed_float16");
+    const auto train = blobs(64, 1);
+    models::Sequential model = small_model();
+    auto opt = scaled_adam(1000);
+    models::TrainingState state;
+    models::FitOptions options{.epochs = 1, .batch_size = 16};
+    inject_inf_at({2, 3}, options);
+    struct Recorder : models::Callback {
+        void on_step_end(models::FitContext&, const models::StepLogs& logs) override { steps.push_back(logs); }
+        std::vector<models::StepLogs> steps;
+    } recorder;
+    options.callbacks = {&recorder};
+    models::fit(model, *opt, train, state, options);
+    BOOST_REQUIRE(recorder.steps.size() == 4u);
+    BOOST_TEST(!recorder.steps[0].skipped);
+    BOOST_TEST(recorder.steps[1].skipped);
+    BOOST_TEST(recorder.steps[2].skipped);
+    BOOST_TEST(recorder.steps[1].loss_scale == 1024.0f);
+    BOOST_TEST(recorder.steps[2].loss_scale == 512.0f);
+    BOOST_TEST(opt->scale() == 256.0f);
+    BOOST_TEST(opt->iterations() == 2); // skipped steps count as steps, not as optimizer iterations
+    BOOST_TEST(state.step == 4);
+    BOOST_TEST(std::isinf(recorder.steps[1].gradient_norm));
+}
+
+// Invariant 6: save -> load -> continue gives the bits of a run that never stopped, here with dropout,
+// shuffling, float16 working copies, dynamic loss scaling and skipped steps inside the resumed window.
+BOOST_AUTO_TEST_CASE(resumed_run_matches_uninterrupted_run_bit_for_bit) {
+    for (const char* precision : {"float32", "mixed_float16"}) {
+        BOOST_TEST_CONTEXT(precision) {
+            PolicyGuard policy(precision);
+            const auto train = blobs(200, 1);
+            models::FitOptions options{.epochs = 3, .batch_size = 32, .seed = 9};
+            inject_inf_at({5, 11, 12}, options);
+
+            models::Sequential straight = small_model(0.25f);
+            auto opt_straight = scaled_adam();
+            models::TrainingState state_straight;
+            models::fit(straight, *opt_straight, train, state_straight, options);
+
+            const auto path = temp_path("resume.ckpt");
+            {
+                models::Sequential first = small_model(0.25f);
+                auto opt_first = scaled_adam();
+                models::TrainingState state_first;
+                models::ModelCheckpoint checkpoint(path, 4);
+                models::FitOptions stop_early = options;
+                stop_early.max_steps = 10; // mid-epoch: 7 batches per epoch
+                stop_early.callbacks = {&checkpoint};
+                models::fit(first, *opt_first, train, state_first, stop_early);
+                BOOST_TEST(state_first.step == 10);
+            }
+            models::Sequential resumed = small_model(0.25f);
+            auto opt_resumed = scaled_adam();
+            models::TrainingState state_resumed;
+            models::load_checkpoint(path, resumed, *opt_resumed, &state_resumed);
+            BOOST_TEST(state_resumed.step == 10);
+            BOOST_TEST(state_resumed.batch_in_epoch == 3);
+            models::fit(resumed, *opt_resumed, train, state_resumed, options);
+            std::filesystem::remove(path);
+
+            BOOST_TEST((state_resumed == state_straight));
+            BOOST_TEST(models::weights_digest(resumed.variables()) == models::weights_digest(straight.variables()));
+            BOOST_TEST((opt_resumed->loss_scale().state() == opt_straight->loss_scale().state()));
+            BOOST_TEST(opt_resumed->skipped_steps() == 3);
+            BOOST_TEST(opt_resumed->iterations() == opt_straight->iterations());
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(backup_and_restore_resumes_automatically_and_cleans_up) {
+    const auto train = blobs(100, 1);
+    const auto path = temp_path("backup.ckpt");
+    std::filesystem::remove(path);
+    models::FitOptions options{.epochs = 2, .batch_size = 25, .seed = 4};
+
+    models::Sequential straight = small_model();
+    auto opt_straight = scaled_adam();
+    models::TrainingState state_straight;
+    models::fit(straight, *opt_straight, train, state_straight, options);
+
+    models::Sequential model = small_model();
+    auto opt = scaled_adam();
+    models::TrainingState state;
+    models::BackupAndRestore backup(path, 2);
+    models::FitOptions interrupted = options;
+    interrupted.max_steps = 3;
+    interrupted.callbacks = {&backup};
+    models::fit(model, *opt, train, state, interrupted);
+    BOOST_TEST(!backup.restored());
+    BOOST_TEST(std::filesystem::exists(path));
+
+    models::Sequential again = small_model(); // a new process would start from scratch like this
+    auto opt_again = scaled_adam();
+    models::TrainingState state_again;
+    options.callbacks = {&backup};
+    models::fit(again, *opt_again, train, state_again, options);
+    BOOST_TEST(backup.restored());
+    BOOST_TEST(!std::filesystem::exists(path)); // deleted once training completed
+    BOOST_TEST(models::weights_digest(again.variables()) == models::weights_digest(straight.variables()));
+}
+
+BOOST_AUTO_TEST_CASE(json_lines_log_has_a_line_per_step_and_epoch_and_an_end) {
+    const auto train = blobs(64, 1), test = blobs(32, 2);
+    const auto path = temp_path("log.jsonl");
+    models::Sequential model = small_model();
+    auto opt = scaled_adam();
+    models::TrainingState state;
+    {
+        models::JsonLinesLogger logger(path);
+        models::FitOptions options{.epochs = 2, .batch_size = 16, .validation = &test, .callbacks = {&logger}};
+        inject_inf_at({3}, options);
+        models::fit(model, *opt, train, state, options);
+        BOOST_TEST(logger.summary().steps == 8);
+        BOOST_TEST(logger.summary().skipped_steps == 1);
+        BOOST_TEST(logger.summary().peak_rss_mib > 1.0);
+        BOOST_TEST(logger.summary().weights_digest == models::weights_digest(model.variables()));
+    }
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    std::filesystem::remove(path);
+    BOOST_REQUIRE(lines.size() == 8u + 2u + 1u);
+    BOOST_TEST(lines[0].rfind("{\"step\":1,\"epoch\":1,\"loss\":", 0) == 0);
+    BOOST_TEST(lines[2].find("\"skipped\":true,\"grad_norm\":null") != std::string::npos);
+    BOOST_TEST(lines[4].rfind("{\"event\":\"epoch\",\"epoch\":1,\"train_loss\":", 0) == 0);
+    BOOST_TEST(lines[4].find("\"test_accuracy\":") != std::string::npos);
+    BOOST_TEST(lines[10].rfind("{\"event\":\"end\",\"steps\":8,\"skipped_steps\":1,", 0) == 0);
+    BOOST_TEST(lines[10].find("\"weights_digest\":\"" + models::weights_digest(model.variables()) + "\"") !=
+               std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(terminate_on_nan_stops_after_a_nan_loss) {
+    std::vector<float> x(8 * 8, 1.0f);
+    x[3] = NAN; // the first example's loss is NaN whatever the weights
+    const models::TensorDataset data(Tensor::from_floats(Shape{8, 8}, x), std::vector<std::int32_t>(8, 1));
+    models::Sequential model = small_model();
+    optim::SGD sgd;
+    models::TrainingState state;
+    std::ostringstream messages;
+    models::TerminateOnNaN terminate(messages);
+    models::fit(model, sgd, data, state, {.epochs = 5, .batch_size = 4, .shuffle = false, .callbacks = {&terminate}});
+    BOOST_TEST(terminate.terminated());
+    BOOST_TEST(state.step == 1);
+    BOOST_TEST(messages.str().find("step 1") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(progress_bar_prints_keras_style_lines) {
+    const auto train = blobs(64, 1), test = blobs(32, 2);
+    models::Sequential model = small_model();
+    auto opt = scaled_adam();
+    models::TrainingState state;
+    std::ostringstream out;
+    models::ProgressBar progress(out, false);
+    models::fit(model, *opt, train, state, {.epochs = 2, .batch_size = 16, .validation = &test, .callbacks = {&progress}});
+    const std::string text = out.str();
+    BOOST_TEST(text.find("Epoch 1/2\n") == 0u);
+    BOOST_TEST(text.find("Epoch 2/2\n") != std::string::npos);
+    BOOST_TEST(text.find("4/4 ━━━━━━━━━━━━━━━━━━━━") != std::string::npos);
+    BOOST_TEST(text.find("loss_scale: 1024") != std::string::npos);
+    BOOST_TEST(text.find("test_accuracy: ") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(loss_scale_monitor_reports_moves) {
+    const auto train = blobs(64, 1);
+    models::Sequential model = small_model();
+    auto opt = scaled_adam(2);
+    models::TrainingState state;
+    std::ostringstream out;
+    models::LossScaleMonitor monitor(out, 4, 0.2);
+    models::FitOptions options{.epochs = 1, .batch_size = 16, .callbacks = {&monitor}};
+    inject_inf_at({1}, options);
+    models::fit(model, *opt, train, state, options);
+    // step 1 overflows (1024 -> 512), steps 2-3 grow it back (512 -> 1024), step 4 is the first of a new count
+    BOOST_TEST(monitor.changes() == 2);
+    BOOST_TEST(out.str().find("step 1: loss scale 1024 -> 512 (overflow: step skipped)") != std::string::npos);
+    BOOST_TEST(out.str().find("step 3: loss scale 512 -> 1024 (grown)") != std::string::npos);
+    BOOST_TEST(out.str().find("warning: 1 of the last 4 steps were skipped") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(weights_digest_sees_every_bit) {
+    models::Sequential model = small_model();
+    const std::string before = models::weights_digest(model.variables());
+    BOOST_TEST(before.size() == 16u);
+    auto v = model.variables().back();
+    auto values = v.value().to_floats();
+    values[0] = std::nextafter(values[0], 1.0f);
+    v.assign(Tensor::from_floats(v.shape(), values));
+    BOOST_TEST(models::weights_digest(model.variables()) != before);
+}
