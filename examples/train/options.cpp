@@ -1,0 +1,169 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+namespace mixprec::train {
+
+namespace {
+
+/// Thrown for a combination of flags that cannot work; CLI11 prints it as it prints its own errors.
+CLI::ValidationError conflict(const std::string& flag, const std::string& why) {
+    return CLI::ValidationError(flag, why);
+}
+
+std::string joined(const std::vector<std::string_view>& names) {
+    std::string text;
+    for (auto name : names) {
+        if (!text.empty()) text += ", ";
+        text += name;
+    }
+    return text;
+}
+
+/// Comma-separated positive step numbers.
+std::vector<std::int64_t> parse_steps(const std::string& list) {
+    std::vector<std::int64_t> steps;
+    std::stringstream in(list);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        std::size_t used = 0;
+        long long step = 0;
+        try {
+            step = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != item.size() || step < 1)
+            throw conflict("--inject-nonfinite", "'" + item + "' is not a step number (steps count from 1)");
+        steps.push_back(step);
+    }
+    return steps;
+}
+
+void check(const Options& o, bool dynamic_flags_given) {
+    if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none") {
+        std::size_t used = 0;
+        float value = 0;
+        try {
+            value = std::stof(o.loss_scale, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != o.loss_scale.size() || !std::isfinite(value) || value <= 0)
+            throw conflict("--loss-scale", "'" + o.loss_scale + "' is not dynamic, none, auto or a positive number");
+        if (dynamic_flags_given)
+            throw conflict("--loss-scale", "a fixed scale does not move: drop --growth-interval, --hysteresis, "
+                                            "--initial-scale, --min-scale and --max-scale");
+    }
+    if (o.loss_scale == "none" && dynamic_flags_given)
+        throw conflict("--loss-scale", "none turns loss scaling off: the dynamic-scale flags do not apply");
+    if (o.checkpoint_every > 0 && o.checkpoint.empty())
+        throw conflict("--checkpoint-every", "needs --checkpoint PATH to know where to save");
+    if (!o.resume.empty() && !std::filesystem::exists(o.resume))
+        throw conflict("--resume", "no checkpoint at " + o.resume.string());
+    if (!o.plot.empty()) {
+        const auto ext = o.plot.extension();
+        if (ext != ".png" && ext != ".svg")
+            throw conflict("--plot", o.plot.string() + " should end in .png or .svg");
+    }
+    if (o.optimizer != "sgd" && o.momentum != 0.9f)
+        throw conflict("--momentum", "applies to --optimizer sgd only");
+}
+
+} // namespace
+
+amp::LossScaleOptions Options::loss_scale_options() const {
+    amp::LossScaleOptions options = amp::loss_scale_preset(loss_scale_preset);
+    const bool needs = amp::Policy(precision).needs_loss_scaling();
+    if (loss_scale == "none" || (loss_scale == "auto" && !needs)) {
+        options.dynamic = false;
+        options.initial_scale = 1.0f;
+        return options;
+    }
+    if (loss_scale != "dynamic" && loss_scale != "auto") {
+        options.dynamic = false;
+        options.initial_scale = std::stof(loss_scale);
+        return options;
+    }
+    if (initial_scale) options.initial_scale = *initial_scale;
+    if (growth_interval) options.growth_interval = *growth_interval;
+    if (hysteresis) options.hysteresis = *hysteresis;
+    if (min_scale) options.min_scale = *min_scale;
+    if (max_scale) options.max_scale = *max_scale;
+    return options;
+}
+
+std::variant<Options, int> parse_options(int argc, char** argv) {
+    Options o;
+    CLI::App app{"mixprec-train: trains a model on Fashion-MNIST in mixed precision, with dynamic loss scaling, "
+                 "checkpoints and resumption.",
+                 "mixprec-train"};
+    app.get_formatter()->column_width(34);
+    std::vector<std::string> model_names, preset_names;
+    for (auto n : models::model_names()) model_names.emplace_back(n);
+    for (auto n : amp::loss_scale_preset_names()) preset_names.emplace_back(n);
+
+    app.add_option("--model", o.model, "Model to train")->check(CLI::IsMember(model_names))->capture_default_str();
+    app.add_option("--precision", o.precision, "Dtype policy")
+        ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16"}))
+        ->capture_default_str();
+    app.add_option("--optimizer", o.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+        ->capture_default_str();
+    app.add_option("--learning-rate", o.learning_rate, "Learning rate (default 1e-3 for adam/adamw, 1e-2 for sgd)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0f, 0.999f))->capture_default_str();
+    app.add_option("--epochs", o.epochs, "Epochs to train")->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}))
+        ->capture_default_str();
+    app.add_option("--batch-size", o.batch_size, "Examples per step")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{60000}))->capture_default_str();
+    app.add_option("--seed", o.seed, "Seed of the initial weights, the shuffling and dropout")->capture_default_str();
+    app.add_option("--loss-scale", o.loss_scale,
+                   "dynamic, none, a fixed value, or auto (dynamic for float16 and cbfloat16, none otherwise)")
+        ->capture_default_str();
+    app.add_option("--loss-scale-preset", o.loss_scale_preset, "Rule and defaults of the dynamic scale")
+        ->check(CLI::IsMember(preset_names))->capture_default_str();
+    app.add_option("--initial-scale", o.initial_scale, "Initial dynamic loss scale")->check(CLI::PositiveNumber);
+    app.add_option("--growth-interval", o.growth_interval, "Finite steps between growths")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+    app.add_option("--hysteresis", o.hysteresis, "Overflows it takes to back off")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+    app.add_option("--min-scale", o.min_scale, "Smallest dynamic scale")->check(CLI::PositiveNumber);
+    app.add_option("--max-scale", o.max_scale, "Largest dynamic scale")->check(CLI::PositiveNumber);
+    app.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm")->check(CLI::PositiveNumber);
+    app.add_option("--data", o.data, "Directory of the Fashion-MNIST gzip IDX files")->capture_default_str();
+    app.add_option("--checkpoint", o.checkpoint, "Save checkpoints here (every --checkpoint-every steps, each epoch)");
+    app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: epoch ends only)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint");
+    app.add_option("--log", o.log, "Write a JSON-lines log here");
+    app.add_option("--plot", o.plot, "Draw loss, accuracy, loss scale and skipped steps here (.png or .svg)");
+    app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all (0: no limit)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--threads", o.threads, "Threads (0: every core)")->check(CLI::Range(0, 1024));
+    std::string inject;
+    app.add_option("--inject-nonfinite", inject, "Comma-separated steps whose gradients get an inf, to test skipping");
+    app.add_flag("--quiet", o.quiet, "No progress bar");
+
+    try {
+        app.parse(argc, argv);
+        if (!inject.empty()) o.inject_nonfinite = parse_steps(inject);
+        const bool dynamic_flags = o.initial_scale || o.growth_interval || o.hysteresis || o.min_scale || o.max_scale;
+        check(o, dynamic_flags);
+        if (o.min_scale && o.max_scale && *o.min_scale > *o.max_scale)
+            throw conflict("--min-scale", "is larger than --max-scale");
+        amp::LossScale validated(o.loss_scale_options()); // rejects bad values now, naming the option
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const std::invalid_argument& e) {
+        std::cerr << "mixprec-train: " << e.what() << '\n';
+        return 2;
+    }
+    if (!o.learning_rate) o.learning_rate = o.optimizer == "sgd" ? 1e-2f : 1e-3f;
+    return o;
+}
+
+} // namespace mixprec::train

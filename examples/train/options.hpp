@@ -1,0 +1,51 @@
+#pragma once
+// The trainer's command line: every flag of mixprec-train, parsed and checked, in one struct.
+
+#include <mixprec/mixprec.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace mixprec::train {
+
+struct Options {
+    std::string model = "mlp";
+    std::string precision = "mixed_float16";
+    std::string optimizer = "adam";
+    std::optional<float> learning_rate;   ///< default: 1e-3 for adam/adamw, 1e-2 for sgd
+    float momentum = 0.9f;                ///< sgd
+    std::int64_t epochs = 5;
+    std::size_t batch_size = 128;
+    std::uint64_t seed = 1;
+    std::string loss_scale = "auto";      ///< auto | dynamic | none | a fixed value
+    std::string loss_scale_preset = "mixprec";
+    std::optional<float> initial_scale;
+    std::optional<std::int64_t> growth_interval;
+    std::optional<std::int64_t> hysteresis;
+    std::optional<float> min_scale;
+    std::optional<float> max_scale;
+    std::optional<float> clip_norm;
+    std::filesystem::path data = models::default_fashion_mnist_dir;
+    std::filesystem::path checkpoint;
+    std::int64_t checkpoint_every = 0;
+    std::filesystem::path resume;
+    std::filesystem::path log;
+    std::filesystem::path plot;
+    std::int64_t max_steps = 0;
+    int threads = 0;                      ///< 0: every core
+    std::vector<std::int64_t> inject_nonfinite;
+    bool quiet = false;
+
+    /// The loss-scale settings the flags describe (options.dynamic false with scale 1 for "none").
+    amp::LossScaleOptions loss_scale_options() const;
+};
+
+/// Parses argv. Returns the options, or the exit code when the program should end now (--help: 0, a bad
+/// flag or an impossible combination: 2, with one message naming the flag on stderr).
+std::variant<Options, int> parse_options(int argc, char** argv);
+
+} // namespace mixprec::train
