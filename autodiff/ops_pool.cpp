@@ -4,8 +4,10 @@
 #include "tape.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,23 +55,67 @@ geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kerne
     return g;
 }
 
-/// Index in x of the max of each window (first on ties, first NaN wins), for every output element.
-std::vector<std::size_t> argmax(const geometry& g, const float* x) {
-    std::vector<std::size_t> idx(g.planes * g.ho * g.wo);
-    std::size_t* out = idx.data();
+/// Whether `value` should replace `best` as a window's maximum: larger, or the first NaN (a NaN compares
+/// unequal to itself).
+inline bool better(float value, float best) { return value > best || (value != value && best == best); }
+
+/// One output row of argmax for 2×2 windows with stride 2 and no padding (the common case): rows r0 and r1
+/// of a plane in, window j's index in the plane out (plus `base`). The same scan order and NaN rule as the
+/// general loop, with fixed bounds.
+void argmax_2x2_row(const float* __restrict r0, const float* __restrict r1, std::size_t wo, std::uint32_t base,
+                    std::uint32_t w, std::uint32_t* __restrict out) {
+    for (std::size_t j = 0; j < wo; ++j) {
+        const float b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
+        float best = r0[2 * j];
+        std::uint32_t offset = 0;
+        bool t = (b > best) | ((b != b) & (best == best));
+        best = t ? b : best;
+        offset = t ? 1 : offset;
+        t = (c > best) | ((c != c) & (best == best));
+        best = t ? c : best;
+        offset = t ? w : offset;
+        t = (d > best) | ((d != d) & (best == best));
+        offset = t ? w + 1 : offset;
+        out[j] = base + static_cast<std::uint32_t>(2 * j) + offset;
+    }
+}
+
+void argmax_2x2(const geometry& g, const float* x, std::uint32_t* out) {
     for (std::size_t pl = 0; pl < g.planes; ++pl)
+        for (std::size_t i = 0; i < g.ho; ++i, out += g.wo) {
+            const std::size_t row = pl * g.h * g.w + 2 * i * g.w;
+            argmax_2x2_row(x + row, x + row + g.w, g.wo, static_cast<std::uint32_t>(row),
+                           static_cast<std::uint32_t>(g.w), out);
+        }
+}
+
+/// Index in x of the max of each window (first on ties, first NaN wins), for every output element.
+std::vector<std::uint32_t> argmax(const geometry& g, const float* x) {
+    std::vector<std::uint32_t> idx(g.planes * g.ho * g.wo);
+    std::uint32_t* out = idx.data();
+    const std::array<std::size_t, 2> two{2, 2}, none{0, 0};
+    if (g.kernel == two && g.stride == two && g.padding == none) {
+        argmax_2x2(g, x, out);
+        return idx;
+    }
+    for (std::size_t pl = 0; pl < g.planes; ++pl) {
+        const float* plane = x + pl * g.h * g.w;
+        const auto base = static_cast<std::uint32_t>(pl * g.h * g.w);
         for (std::size_t i = 0; i < g.ho; ++i)
             for (std::size_t j = 0; j < g.wo; ++j) {
                 const window v = g.at(i, j);
-                std::size_t best_at = pl * g.h * g.w + v.r0 * g.w + v.c0;
+                std::size_t best_at = v.r0 * g.w + v.c0;
                 float best = -std::numeric_limits<float>::infinity();
                 for (std::size_t r = v.r0; r < v.r1; ++r)
                     for (std::size_t c = v.c0; c < v.c1; ++c) {
-                        const std::size_t a = pl * g.h * g.w + r * g.w + c;
-                        if (x[a] > best || (std::isnan(x[a]) && !std::isnan(best))) best = x[a], best_at = a;
+                        const float value = plane[r * g.w + c];
+                        const bool b = better(value, best);
+                        best = b ? value : best;
+                        best_at = b ? r * g.w + c : best_at;
                     }
-                *out++ = best_at;
+                *out++ = base + static_cast<std::uint32_t>(best_at);
             }
+    }
     return idx;
 }
 
@@ -87,19 +133,21 @@ Shape output_shape(const Tensor& x, const geometry& g) { return Shape{x.shape()[
 Tensor max_pool2d(const Tensor& x, std::array<std::size_t, 2> kernel, std::array<std::size_t, 2> stride,
                   std::array<std::size_t, 2> padding) {
     const geometry g = check("max_pool2d", x, kernel, stride, padding);
+    if (x.size() > std::numeric_limits<std::uint32_t>::max())
+        throw shape_error("max_pool2d: input " + x.shape().to_string() + " has more than 2^32 - 1 elements");
     std::vector<float> xs;
     const float* xf = floats_of(x, xs);
-    const std::vector<std::size_t> idx = argmax(g, xf);
-    std::vector<float> y(idx.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) y[i] = xf[idx[i]];
+    // The argmax of every window, found once: the backward pass routes the gradient through the same indices.
+    auto idx = std::make_shared<const std::vector<std::uint32_t>>(argmax(g, xf));
+    std::vector<float> y(idx->size());
+    for (std::size_t i = 0; i < idx->size(); ++i) y[i] = xf[(*idx)[i]];
     Tensor out = Tensor::from_floats(output_shape(x, g), y, x.dtype()); // exact: every y is an element of x
     if (should_record({&x}))
-        record(out, {&x}, [x, g](const Tensor& dy) {
-            std::vector<float> xs, dys, dx(x.size(), 0.0f);
-            const std::vector<std::size_t> idx = argmax(g, floats_of(x, xs));
+        record(out, {&x}, [shape = x.shape(), dtype = x.dtype(), idx](const Tensor& dy) {
+            std::vector<float> dys, dx(shape.elements(), 0.0f);
             const float* d = floats_of(dy, dys);
-            for (std::size_t i = 0; i < idx.size(); ++i) dx[idx[i]] += d[i];
-            return Gradients{Tensor::from_floats(x.shape(), dx, x.dtype())};
+            for (std::size_t i = 0; i < idx->size(); ++i) dx[(*idx)[i]] += d[i];
+            return Gradients{Tensor::from_floats(shape, dx, dtype)};
         });
     return out;
 }
