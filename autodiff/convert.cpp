@@ -2,6 +2,10 @@
 
 #include "convert_kernels.hpp"
 
+#if defined(MIXPREC_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -18,12 +22,20 @@ const convert_kernels& portable_kernels() {
 
 namespace {
 
+#if defined(MIXPREC_X86_KERNELS)
+/// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+bool cpu_has_f16c() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 bool cpu_has(SimdPath path) {
 #if defined(MIXPREC_X86_KERNELS)
     switch (path) {
     case SimdPath::portable: return true;
     case SimdPath::avx2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && cpu_has_f16c() && __builtin_cpu_supports("fma");
     case SimdPath::avx512:
         return cpu_has(SimdPath::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
