@@ -247,10 +247,8 @@ void check_model(const CheckpointInfo& info, const std::vector<Variable>& variab
     if (info.policy != policy)
         fail("the checkpoint was saved under policy " + in_quotes(info.policy) + ", the model uses " +
              in_quotes(policy));
-    if (info.variables.size() != variables.size())
-        fail("the checkpoint holds " + std::to_string(info.variables.size()) + " variables, the model has " +
-             std::to_string(variables.size()) + (variables.empty() ? " (is it built?)" : ""));
-    for (std::size_t i = 0; i < variables.size(); ++i) {
+    // Names and shapes first, pairwise, so that a different model is named by its first different variable.
+    for (std::size_t i = 0; i < std::min(variables.size(), info.variables.size()); ++i) {
         const VariableInfo& saved = info.variables[i];
         const Variable& v = variables[i];
         const std::string where = "variable " + std::to_string(i) + " ";
@@ -264,6 +262,9 @@ void check_model(const CheckpointInfo& info, const std::vector<Variable>& variab
             fail(where + in_quotes(v.name()) + " is " + (saved.trainable ? "trainable" : "not trainable") +
                  " in the checkpoint, " + (v.trainable() ? "trainable" : "not trainable") + " in the model");
     }
+    if (info.variables.size() != variables.size())
+        fail("the checkpoint holds " + std::to_string(info.variables.size()) + " variables, the model has " +
+             std::to_string(variables.size()) + (variables.empty() ? " (is it built?)" : ""));
 }
 
 // ---- optimizer restore: checks first, then changes ----

@@ -168,7 +168,8 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
         if (state.batch_in_epoch < batches) { // stopped inside the epoch
-            if (options.validation) context.validation_accuracy = evaluate(model, *options.validation).accuracy;
+            if (options.validation)
+                context.validation_accuracy = evaluate(model, *options.validation, options.batch_size).accuracy;
             break;
         }
 
@@ -180,7 +181,7 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
         logs.seconds = seconds;
         logs.samples_per_second = seconds > 0 ? double(examples_this_call) / seconds : 0;
         if (options.validation) {
-            const Evaluation e = evaluate(model, *options.validation);
+            const Evaluation e = evaluate(model, *options.validation, options.batch_size);
             logs.validation_loss = e.loss;
             logs.validation_accuracy = context.validation_accuracy = e.accuracy;
         }

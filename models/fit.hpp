@@ -31,7 +31,7 @@ struct FitOptions {
     bool shuffle = true;                 ///< a new seeded order every epoch
     std::uint64_t seed = 0;              ///< seeds the shuffling and dropout generators of a fresh run
     std::int64_t max_steps = 0;          ///< > 0: stop once state.step reaches it
-    const Dataset* validation = nullptr; ///< evaluated after every epoch
+    const Dataset* validation = nullptr; ///< evaluated after every epoch, in batches of batch_size
     std::vector<Callback*> callbacks{};  ///< called in order
     /// Called with each step's (scaled) gradients before apply, e.g. to inject an inf for testing.
     std::function<void(std::int64_t step, std::vector<autodiff::Tensor>& gradients)> gradient_hook{};

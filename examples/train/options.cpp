@@ -157,7 +157,8 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
             throw conflict("--min-scale", "is larger than --max-scale");
         amp::LossScale validated(o.loss_scale_options()); // rejects bad values now, naming the option
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        const int code = app.exit(e); // prints the message (or the help)
+        return code == 0 ? 0 : 2;
     } catch (const std::invalid_argument& e) {
         std::cerr << "mixprec-train: " << e.what() << '\n';
         return 2;
