@@ -1,7 +1,7 @@
 #include "kernels_elementwise.hpp"
 
 #include "kernels_map.hpp"
-
+#include "vector_math.hpp"
 
 #include <array>
 #include <cmath>
@@ -18,6 +18,15 @@ Tensor binary(const Tensor& a, const Tensor& b, F f, const char* name) {
 
 float nan_max(float u, float v) { return std::isnan(u) || std::isnan(v) ? u + v : std::max(u, v); }
 float nan_min(float u, float v) { return std::isnan(u) || std::isnan(v) ? u + v : std::min(u, v); }
+
+/// tanh and sigmoid through the branch-free functions of vector_math.hpp, one vectorized clone per instruction set;
+/// all clones give the same bits (no FMA contraction in this file: autodiff/sources.cmake).
+MIXPREC_VECTOR_CLONES Tensor map_tanh(const Tensor& x) {
+    return detail::map(x, [](float v) { return autodiff::detail::tanh(v); });
+}
+MIXPREC_VECTOR_CLONES Tensor map_sigmoid(const Tensor& x) {
+    return detail::map(x, [](float v) { return autodiff::detail::sigmoid(v); });
+}
 
 } // namespace
 
@@ -62,13 +71,7 @@ Tensor log(const Tensor& x) { return detail::map(x, [](float v) { return std::lo
 Tensor sqrt(const Tensor& x) { return detail::map(x, [](float v) { return std::sqrt(v); }); }
 Tensor square(const Tensor& x) { return detail::map(x, [](float v) { return v * v; }); }
 Tensor relu(const Tensor& x) { return detail::map(x, [](float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; }); }
-Tensor tanh(const Tensor& x) { return detail::map(x, [](float v) { return std::tanh(v); }); }
-Tensor sigmoid(const Tensor& x) {
-    return detail::map(x, [](float v) {
-        if (v >= 0.0f) return 1.0f / (1.0f + std::exp(-v));
-        const float e = std::exp(v);
-        return e / (1.0f + e);
-    });
-}
+Tensor tanh(const Tensor& x) { return map_tanh(x); }
+Tensor sigmoid(const Tensor& x) { return map_sigmoid(x); }
 
 } // namespace mixprec::autodiff::kernels

@@ -3,6 +3,7 @@
 #include "kernels_elementwise.hpp"
 #include "kernels_map.hpp"
 #include "tape.hpp"
+#include "vector_math.hpp"
 
 #include <cmath>
 
@@ -26,6 +27,24 @@ Tensor unary_op(const Tensor& x, Tensor y, D derivative) {
 
 /// Gradient of a broadcast input: the chunk-wise product rounded once, then summed back to `shape`.
 Tensor unbroadcast(const Tensor& g, const Shape& shape) { return kernels::sum_to_shape(g, shape); }
+
+/// GELU, tanh form: gelu(u) = ½u(1 + t) with t = tanh(k(u + c u³)), and its derivative
+/// ½(1 + t) + ½u(1 − t²) k(1 + 3c u²).
+constexpr float gelu_k = 0.7978845608028654f; // √(2/π)
+constexpr float gelu_c = 0.044715f;
+
+float gelu_value(float u) { return 0.5f * u * (1.0f + detail::tanh(gelu_k * (u + gelu_c * u * u * u))); }
+float gelu_derivative(float u) {
+    const float t = detail::tanh(gelu_k * (u + gelu_c * u * u * u));
+    return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * u * u);
+}
+
+/// GELU forward and backward loops, one vectorized clone per instruction set; all clones give the same
+/// bits (no FMA contraction in this file: autodiff/sources.cmake).
+MIXPREC_VECTOR_CLONES Tensor gelu_forward(const Tensor& x) { return map(x, [](float u) { return gelu_value(u); }); }
+MIXPREC_VECTOR_CLONES Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
+    return zip(dy, x, x.dtype(), [](float g, float u) { return g * gelu_derivative(u); });
+}
 
 } // namespace
 
@@ -107,14 +126,10 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x) {
-    constexpr float k = 0.7978845608028654f; // √(2/π)
-    constexpr float c = 0.044715f;
-    const auto f = [](float u) { return 0.5f * u * (1.0f + std::tanh(k * (u + c * u * u * u))); };
-    const auto d = [](float u, float) {
-        const float t = std::tanh(k * (u + c * u * u * u));
-        return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * k * (1.0f + 3.0f * c * u * u);
-    };
-    return unary_op(x, map(x, f), d);
+    Tensor y = gelu_forward(x);
+    if (should_record({&x}))
+        record(y, {&x}, [x](const Tensor& dy) { return Gradients{gelu_backward(dy, x)}; });
+    return y;
 }
 
 Tensor cast(const Tensor& x, Dtype dtype) {
