@@ -1,6 +1,7 @@
 #pragma once
 // Internal: chunked elementwise loops behind the kernels and op backwards. Each chunk is widened to
-// float32, computed, and rounded once to the output dtype. Include only from .cpp files.
+// float32, computed, and rounded once to the output dtype; float32 operands and results are read and
+// written in place, without the copies. Include only from .cpp files.
 
 #include "convert.hpp"
 #include "tensor.hpp"
@@ -20,16 +21,32 @@ inline std::byte* bytes_at(Tensor& t, std::size_t element) {
     return static_cast<std::byte*>(t.raw()) + element * size_of(t.dtype());
 }
 
+/// Elements [i, i + n) of `t` as floats: in place for float32, else widened into `scratch`.
+inline const float* floats_at(const Tensor& t, std::size_t i, std::size_t n, std::array<float, chunk>& scratch) {
+    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw()) + i;
+    widen(bytes_at(t, i), t.dtype(), scratch.data(), n);
+    return scratch.data();
+}
+
+/// Where to compute elements [i, i + n) of `out`: in place for float32, else `scratch` (then store()).
+inline float* result_at(Tensor& out, std::size_t i, std::array<float, chunk>& scratch) {
+    return out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) + i : scratch.data();
+}
+inline void store(const float* result, Tensor& out, std::size_t i, std::size_t n) {
+    if (out.dtype() != Dtype::float32) narrow(result, bytes_at(out, i), n, out.dtype());
+}
+
 /// out[i] = f(x[i]) in x's dtype.
 template <class F>
 Tensor map(const Tensor& x, F f) {
     Tensor out = Tensor::uninitialized(x.shape(), x.dtype());
-    std::array<float, chunk> u;
+    std::array<float, chunk> u, r;
     for (std::size_t i = 0; i < x.size(); i += chunk) {
         const std::size_t n = std::min(chunk, x.size() - i);
-        widen(bytes_at(x, i), x.dtype(), u.data(), n);
-        for (std::size_t j = 0; j < n; ++j) u[j] = f(u[j]);
-        narrow(u.data(), bytes_at(out, i), n, out.dtype());
+        const float* in = floats_at(x, i, n, u);
+        float* res = result_at(out, i, r);
+        for (std::size_t j = 0; j < n; ++j) res[j] = f(in[j]);
+        store(res, out, i, n);
     }
     return out;
 }
@@ -39,13 +56,14 @@ template <class F>
 Tensor zip(const Tensor& a, const Tensor& b, Dtype dtype, F f) {
     check_same_shape(a, b, "elementwise");
     Tensor out = Tensor::uninitialized(a.shape(), dtype);
-    std::array<float, chunk> u, v;
+    std::array<float, chunk> u, v, r;
     for (std::size_t i = 0; i < a.size(); i += chunk) {
         const std::size_t n = std::min(chunk, a.size() - i);
-        widen(bytes_at(a, i), a.dtype(), u.data(), n);
-        widen(bytes_at(b, i), b.dtype(), v.data(), n);
-        for (std::size_t j = 0; j < n; ++j) u[j] = f(u[j], v[j]);
-        narrow(u.data(), bytes_at(out, i), n, dtype);
+        const float* pa = floats_at(a, i, n, u);
+        const float* pb = floats_at(b, i, n, v);
+        float* res = result_at(out, i, r);
+        for (std::size_t j = 0; j < n; ++j) res[j] = f(pa[j], pb[j]);
+        store(res, out, i, n);
     }
     return out;
 }
@@ -56,14 +74,15 @@ Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Dtype dtype, F f)
     check_same_shape(a, b, "elementwise");
     check_same_shape(a, c, "elementwise");
     Tensor out = Tensor::uninitialized(a.shape(), dtype);
-    std::array<float, chunk> u, v, w;
+    std::array<float, chunk> u, v, w, r;
     for (std::size_t i = 0; i < a.size(); i += chunk) {
         const std::size_t n = std::min(chunk, a.size() - i);
-        widen(bytes_at(a, i), a.dtype(), u.data(), n);
-        widen(bytes_at(b, i), b.dtype(), v.data(), n);
-        widen(bytes_at(c, i), c.dtype(), w.data(), n);
-        for (std::size_t j = 0; j < n; ++j) u[j] = f(u[j], v[j], w[j]);
-        narrow(u.data(), bytes_at(out, i), n, dtype);
+        const float* pa = floats_at(a, i, n, u);
+        const float* pb = floats_at(b, i, n, v);
+        const float* pc = floats_at(c, i, n, w);
+        float* res = result_at(out, i, r);
+        for (std::size_t j = 0; j < n; ++j) res[j] = f(pa[j], pb[j], pc[j]);
+        store(res, out, i, n);
     }
     return out;
 }
