@@ -164,27 +164,17 @@ Tensor Conv2D::forward(const Tensor& x, const CallContext&) {
     return apply_activation(autodiff::conv2d(padded, kernel_var_->read(), bias, options), activation_);
 }
 
-// ---- MaxPool2D ----
+// ---- pooling ----
 
-MaxPool2D::MaxPool2D(Size2 pool, Size2 stride) : pool_(pool), stride_(default_stride(pool, stride)) {
-    check_positive("MaxPool2D", "pool size", pool_);
+Pool2D::Pool2D(const char* who, Size2 pool, Size2 stride) : pool_(pool), stride_(default_stride(pool, stride)) {
+    check_positive(who, "pool size", pool_);
 }
 
-std::string MaxPool2D::config() const { return pool_config(pool_, stride_); }
+std::string Pool2D::config() const { return pool_config(pool_, stride_); }
 
-Shape MaxPool2D::do_build(const Shape& input_shape, Rng&) { return pooled_shape(*this, input_shape, pool_, stride_); }
+Shape Pool2D::do_build(const Shape& input_shape, Rng&) { return pooled_shape(*this, input_shape, pool_, stride_); }
 
 Tensor MaxPool2D::forward(const Tensor& x, const CallContext&) { return autodiff::max_pool2d(x, pool_, stride_); }
-
-// ---- AvgPool2D ----
-
-AvgPool2D::AvgPool2D(Size2 pool, Size2 stride) : pool_(pool), stride_(default_stride(pool, stride)) {
-    check_positive("AvgPool2D", "pool size", pool_);
-}
-
-std::string AvgPool2D::config() const { return pool_config(pool_, stride_); }
-
-Shape AvgPool2D::do_build(const Shape& input_shape, Rng&) { return pooled_shape(*this, input_shape, pool_, stride_); }
 
 Tensor AvgPool2D::forward(const Tensor& x, const CallContext&) { return autodiff::avg_pool2d(x, pool_, stride_); }
 
