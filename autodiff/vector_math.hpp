@@ -15,8 +15,8 @@
 /// below) should run as wide as the CPU allows: GCC compiles one clone per instruction set (AVX-512,
 /// AVX2, the x86-64 baseline) and picks one when the library loads, and `flatten` inlines the helpers
 /// and their lambdas into each clone, so that its loops use that clone's vectors. Not under
-/// AddressSanitizer, as in amp/unscale.cpp.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+/// AddressSanitizer, as in amp/unscale.cpp, nor with clang, which does not combine the two attributes.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
 #define MIXPREC_VECTOR_CLONES [[gnu::target_clones("avx512f", "avx2", "default"), gnu::flatten]]
 #else
 #define MIXPREC_VECTOR_CLONES [[gnu::flatten]]
