@@ -1,10 +1,12 @@
 #include "ops_softmax.hpp"
 
 #include "tape.hpp"
+#include "vector_math.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 
 namespace mixprec::autodiff {
@@ -37,38 +39,41 @@ Lanes lanes_of(const Shape& shape, int axis, const char* op) {
     return l;
 }
 
-/// softmax(x) (or log softmax when `log`) along the lanes, in float32.
-std::vector<float> softmax_floats(const std::vector<float>& x, const Lanes& l, bool log) {
-    std::vector<float> y(x.size());
+/// softmax(x) along the lanes, in float32, into p; and log softmax into logp when it is not null.
+/// exp is mixprec's vectorizable one (autodiff/vector_math.hpp, within 1 ulp).
+void softmax_floats(const std::vector<float>& x, const Lanes& l, std::vector<float>& p, std::vector<float>* logp) {
     l.for_each([&](std::size_t first, std::size_t step) {
         float m = -std::numeric_limits<float>::infinity();
         for (std::size_t k = 0; k < l.len; ++k) m = std::max(m, x[first + k * step]);
         float s = 0.0f;
         for (std::size_t k = 0; k < l.len; ++k) {
             const std::size_t j = first + k * step;
-            y[j] = std::exp(x[j] - m);
-            s += y[j];
+            p[j] = detail::exp(x[j] - m);
+            s += p[j];
         }
         const float log_s = std::log(s);
         for (std::size_t k = 0; k < l.len; ++k) {
             const std::size_t j = first + k * step;
-            y[j] = log ? (x[j] - m) - log_s : y[j] / s;
+            if (logp) (*logp)[j] = (x[j] - m) - log_s;
+            p[j] /= s;
         }
     });
-    return y;
 }
 
-/// Rounds once to x's dtype and records `backward(p, dy)` (p = softmax(x) in float32, dy widened),
-/// which writes dx over dy lane by lane.
+/// Rounds once to x's dtype and records `backward(p, dy)` (p = softmax(x) in float32, kept from the
+/// forward pass; dy widened), which writes dx over dy lane by lane.
 template <class B>
 Tensor finish(const Tensor& x, const Lanes& l, bool log, B backward) {
-    Tensor y = Tensor::from_floats(x.shape(), softmax_floats(x.to_floats(), l, log), x.dtype());
+    const std::vector<float> xf = x.to_floats();
+    auto p = std::make_shared<std::vector<float>>(xf.size());
+    std::vector<float> logp(log ? xf.size() : 0);
+    softmax_floats(xf, l, *p, log ? &logp : nullptr);
+    Tensor y = Tensor::from_floats(x.shape(), log ? logp : *p, x.dtype());
     if (should_record({&x}))
-        record(y, {&x}, [x, l, backward](const Tensor& dy) {
-            const std::vector<float> p = softmax_floats(x.to_floats(), l, false);
+        record(y, {&x}, [x_shape = x.shape(), p, l, backward](const Tensor& dy) {
             std::vector<float> g = dy.to_floats();
-            l.for_each([&](std::size_t first, std::size_t step) { backward(p, g, first, step, l.len); });
-            return Gradients{Tensor::from_floats(x.shape(), g, dy.dtype())};
+            l.for_each([&](std::size_t first, std::size_t step) { backward(*p, g, first, step, l.len); });
+            return Gradients{Tensor::from_floats(x_shape, g, dy.dtype())};
         });
     return y;
 }

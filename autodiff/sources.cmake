@@ -35,9 +35,9 @@ endif()
 # operation traps lets it turn their selects into vector blends instead of branches.
 set_property(SOURCE autodiff/convert.cpp autodiff/convert_avx2.cpp autodiff/convert_avx512.cpp
   APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
-# The elementwise ops and kernels: without trapping math the selects of their loops (relu's, abs's and
+# The elementwise ops and kernels, and softmax: without trapping math the selects of their loops (relu's, abs's and
 # leaky_relu's gradients, the branch-free exp/tanh/sigmoid of vector_math.hpp) become vector blends.
 # Their sigmoid and GELU loops are also cloned for AVX-512 and AVX2 (target_clones); contraction into
 # FMA stays off so that every clone rounds as the baseline code does and gives the same bits.
-set_property(SOURCE autodiff/ops_elementwise.cpp autodiff/kernels_elementwise.cpp
+set_property(SOURCE autodiff/ops_elementwise.cpp autodiff/kernels_elementwise.cpp autodiff/ops_softmax.cpp
   APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math -ffp-contract=off)
