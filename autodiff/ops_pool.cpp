@@ -4,6 +4,7 @@
 #include "tape.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cmath>
 #include <limits>
@@ -59,23 +60,32 @@ geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kerne
 /// unequal to itself).
 inline bool better(float value, float best) { return value > best || (value != value && best == best); }
 
+/// All ones when `value` should replace `best` as a window's maximum (larger, or the first NaN), else 0:
+/// integer masks instead of branches, which would mispredict on every other window of random data.
+inline std::uint32_t replaces(float value, float best) {
+    return 0u - static_cast<std::uint32_t>((value > best) | ((value != value) & (best == best)));
+}
+inline float pick(std::uint32_t mask, float a, float b) {
+    return std::bit_cast<float>((mask & std::bit_cast<std::uint32_t>(a)) | (~mask & std::bit_cast<std::uint32_t>(b)));
+}
+
 /// One output row of argmax for 2×2 windows with stride 2 and no padding (the common case): rows r0 and r1
 /// of a plane in, window j's index in the plane out (plus `base`). The same scan order and NaN rule as the
-/// general loop, with fixed bounds.
+/// general loop, with fixed bounds and no branches.
 void argmax_2x2_row(const float* __restrict r0, const float* __restrict r1, std::size_t wo, std::uint32_t base,
                     std::uint32_t w, std::uint32_t* __restrict out) {
     for (std::size_t j = 0; j < wo; ++j) {
         const float b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
         float best = r0[2 * j];
         std::uint32_t offset = 0;
-        bool t = (b > best) | ((b != b) & (best == best));
-        best = t ? b : best;
-        offset = t ? 1 : offset;
-        t = (c > best) | ((c != c) & (best == best));
-        best = t ? c : best;
-        offset = t ? w : offset;
-        t = (d > best) | ((d != d) & (best == best));
-        offset = t ? w + 1 : offset;
+        std::uint32_t m = replaces(b, best);
+        best = pick(m, b, best);
+        offset = (m & 1u) | (~m & offset);
+        m = replaces(c, best);
+        best = pick(m, c, best);
+        offset = (m & w) | (~m & offset);
+        m = replaces(d, best);
+        offset = (m & (w + 1)) | (~m & offset);
         out[j] = base + static_cast<std::uint32_t>(2 * j) + offset;
     }
 }

@@ -228,6 +228,45 @@ BOOST_AUTO_TEST_CASE(pool_values) {
     BOOST_TEST(h.to_floats() == m.to_floats(), boost::test_tools::per_element());
 }
 
+// 2×2 windows with stride 2 take a branch-free path of their own: its values and the routing of the
+// gradient must be those of the window scan written out here, with ties, NaNs and -inf in the data.
+BOOST_AUTO_TEST_CASE(max_pool2d_2x2_matches_a_window_scan) {
+    const std::size_t n = 3, c = 2, h = 7, w = 6; // odd height: the last row belongs to no window
+    std::mt19937 gen(5);
+    std::uniform_int_distribution<int> small(-3, 3), kind(0, 19);
+    std::vector<float> v(n * c * h * w);
+    for (float& e : v) {
+        const int k = kind(gen);
+        e = k == 0 ? NAN : k == 1 ? -INFINITY : static_cast<float>(small(gen)); // few values: many ties
+    }
+    const Tensor x = Tensor::from_floats(Shape{n, c, h, w}, v);
+    GradientTape tape;
+    tape.watch(x);
+    const Tensor y = max_pool2d(x, {2, 2});
+    const Tensor dy = Tensor::from_floats(y.shape(), std::vector<float>(y.size(), 1.0f));
+    const std::vector<float> dx = tape.gradient(mul(y, dy), std::vector<Tensor>{x})[0].to_floats();
+    std::vector<float> want_dx(v.size(), 0.0f);
+    std::size_t out = 0;
+    for (std::size_t plane = 0; plane < n * c; ++plane)
+        for (std::size_t i = 0; i < h / 2; ++i)
+            for (std::size_t j = 0; j < w / 2; ++j, ++out) {
+                std::size_t best_at = 0;
+                float best = -INFINITY;
+                bool first = true;
+                for (std::size_t r = 2 * i; r < 2 * i + 2; ++r)
+                    for (std::size_t q = 2 * j; q < 2 * j + 2; ++q) {
+                        const std::size_t at = plane * h * w + r * w + q;
+                        const bool nan_first = std::isnan(v[at]) && !std::isnan(best);
+                        if (first || v[at] > best || nan_first) best = v[at], best_at = at;
+                        first = false;
+                    }
+                const float got = y.flat(out);
+                BOOST_TEST_REQUIRE((got == best || (std::isnan(got) && std::isnan(best))));
+                want_dx[best_at] += 1.0f;
+            }
+    for (std::size_t k = 0; k < v.size(); ++k) BOOST_TEST_REQUIRE(dx[k] == want_dx[k]);
+}
+
 // Ties: the whole window is equal, so the gradient goes to its first element in row-major order.
 BOOST_AUTO_TEST_CASE(max_pool2d_ties_go_to_the_first) {
     const Tensor x = Tensor::full(Shape{1, 1, 4, 4}, 3.0f);
