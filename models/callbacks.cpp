@@ -118,6 +118,12 @@ void ProgressBar::on_epoch_end(FitContext&, const EpochLogs& logs) {
     out_ << (interactive_ ? "\x1b[K\n" : "\n") << std::flush;
 }
 
+void ProgressBar::on_train_end(FitContext&, bool) {
+    if (steps_this_epoch_ == 0 || last_.batch == last_.batches_per_epoch) return; // the epoch's line is done
+    out_ << (interactive_ ? "\r" : "") << line(last_) << (interactive_ ? "\x1b[K\n" : "\n") << std::flush;
+    steps_this_epoch_ = 0;
+}
+
 // ---- ModelCheckpoint ----
 
 ModelCheckpoint::ModelCheckpoint(std::filesystem::path path, std::int64_t every_steps, SaveOptions options)

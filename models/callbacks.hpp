@@ -28,6 +28,8 @@ class ProgressBar final : public Callback {
     void on_epoch_begin(FitContext& context, std::int64_t epoch) override;
     void on_step_end(FitContext& context, const StepLogs& logs) override;
     void on_epoch_end(FitContext& context, const EpochLogs& logs) override;
+    /// Finishes the line of an epoch that training left before its end.
+    void on_train_end(FitContext& context, bool completed) override;
 
   private:
     std::string line(const StepLogs& logs) const;
