@@ -55,6 +55,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
 
 namespace mixprec::autodiff {
 
+namespace {
+
+/// t (..., n) seen as a matrix (rows, n), sharing its storage.
+Tensor as_rows(const Tensor& t) {
+    if (t.rank() <= 2) return t;
+    std::size_t rows = 1;
+    for (std::size_t i = 0; i + 1 < t.rank(); ++i) rows *= t.shape()[i];
+    return t.reshape(Shape{rows, t.shape()[t.rank() - 1]});
+}
+
+} // namespace
+
 Tensor dense(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias) {
     if (w.rank() != 2) throw shape_error("dense: weights " + w.shape().to_string() + " must have rank 2 (in, out)");
     Tensor y = kernels::matmul(x, w, {}, bias ? &*bias : nullptr);
@@ -63,7 +75,9 @@ Tensor dense(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias
     if (should_record(std::span<const Tensor* const>(inputs))) {
         const std::optional<Shape> bias_shape = bias ? std::optional<Shape>(bias->shape()) : std::nullopt;
         record(y, std::span<const Tensor* const>(inputs), [x, w, bias_shape](const Tensor& dy) {
-            Gradients g{grad_a(dy, x, w, {}), grad_b(dy, x, w, {})};
+            // dw = xᵀ dy over all leading axes at once: x and dy seen as matrices of rows (one product,
+            // summed in float32 and rounded once, rather than one product per batch and a sum of those).
+            Gradients g{grad_a(dy, x, w, {}), kernels::matmul(as_rows(x), as_rows(dy), {.transpose_a = true})};
             if (bias_shape) g.push_back(kernels::sum_to_shape(dy, *bias_shape));
             return g;
         });
