@@ -58,13 +58,11 @@ geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kerne
 
 /// Whether `value` should replace `best` as a window's maximum: larger, or the first NaN (a NaN compares
 /// unequal to itself).
-inline bool better(float value, float best) { return value > best || (value != value && best == best); }
+inline bool better(float value, float best) { return (value > best) | ((value != value) & (best == best)); }
 
-/// All ones when `value` should replace `best` as a window's maximum (larger, or the first NaN), else 0:
-/// integer masks instead of branches, which would mispredict on every other window of random data.
-inline std::uint32_t replaces(float value, float best) {
-    return 0u - static_cast<std::uint32_t>((value > best) | ((value != value) & (best == best)));
-}
+/// better() as a mask, all ones or 0: the 2×2 path picks with it instead of branching, which would
+/// mispredict on every other window of random data.
+inline std::uint32_t replaces(float value, float best) { return 0u - static_cast<std::uint32_t>(better(value, best)); }
 inline float pick(std::uint32_t mask, float a, float b) {
     return std::bit_cast<float>((mask & std::bit_cast<std::uint32_t>(a)) | (~mask & std::bit_cast<std::uint32_t>(b)));
 }

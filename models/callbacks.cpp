@@ -39,6 +39,12 @@ std::string json_number(double value) {
     return text;
 }
 
+/// Whether a checkpoint every `every` steps falls on this step. The last step of an epoch is left to
+/// on_epoch_end, which saves after the state has moved to the next epoch.
+bool due(std::int64_t every, const StepLogs& logs) {
+    return every > 0 && logs.step % every == 0 && logs.batch < logs.batches_per_epoch;
+}
+
 const amp::LossScaleOptimizer* scaler_of(const FitContext& context) {
     return dynamic_cast<const amp::LossScaleOptimizer*>(&context.optimizer);
 }
@@ -139,8 +145,7 @@ void ModelCheckpoint::save(FitContext& context) {
 }
 
 void ModelCheckpoint::on_step_end(FitContext& context, const StepLogs& logs) {
-    // The last step of an epoch is saved by on_epoch_end, after the state moved to the next epoch.
-    if (every_steps_ > 0 && logs.step % every_steps_ == 0 && logs.batch < logs.batches_per_epoch) save(context);
+    if (due(every_steps_, logs)) save(context);
 }
 
 void ModelCheckpoint::on_epoch_end(FitContext& context, const EpochLogs&) { save(context); }
@@ -160,8 +165,7 @@ void BackupAndRestore::on_train_begin(FitContext& context) {
 }
 
 void BackupAndRestore::on_step_end(FitContext& context, const StepLogs& logs) {
-    if (every_steps_ > 0 && logs.step % every_steps_ == 0 && logs.batch < logs.batches_per_epoch)
-        save_checkpoint(path_, context.model, context.optimizer, &context.state);
+    if (due(every_steps_, logs)) save_checkpoint(path_, context.model, context.optimizer, &context.state);
 }
 
 void BackupAndRestore::on_epoch_end(FitContext& context, const EpochLogs&) {
@@ -175,31 +179,35 @@ void BackupAndRestore::on_train_end(FitContext& context, bool completed) {
 
 // ---- JsonLinesLogger ----
 
-JsonLinesLogger::JsonLinesLogger(const std::filesystem::path& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc), path_(path) {
+JsonLinesLogger::JsonLinesLogger(const std::filesystem::path& path, bool append) : path_(path) {
+    if (path.empty()) return; // the summary only
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_) throw std::runtime_error("cannot open the log file " + path.string() + " for writing");
 }
 
 void JsonLinesLogger::on_train_begin(FitContext&) { step_start_ = Clock::now(); }
 
 void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
-    const auto now = Clock::now();
-    training_time_ += now - step_start_;
+    training_time_ += Clock::now() - step_start_;
     examples_ += static_cast<std::int64_t>(logs.batch_size);
-    out_ << "{\"step\":" << logs.step << ",\"epoch\":" << logs.epoch + 1 << ",\"loss\":" << json_number(logs.loss)
-         << ",\"loss_scale\":" << json_number(logs.loss_scale) << ",\"skipped\":" << (logs.skipped ? "true" : "false")
-         << ",\"grad_norm\":" << json_number(logs.gradient_norm)
-         << ",\"learning_rate\":" << json_number(logs.learning_rate) << "}\n";
+    if (out_.is_open())
+        out_ << "{\"step\":" << logs.step << ",\"epoch\":" << logs.epoch + 1 << ",\"loss\":" << json_number(logs.loss)
+             << ",\"loss_scale\":" << json_number(logs.loss_scale)
+             << ",\"skipped\":" << (logs.skipped ? "true" : "false")
+             << ",\"grad_norm\":" << json_number(logs.gradient_norm)
+             << ",\"learning_rate\":" << json_number(logs.learning_rate) << "}\n";
     step_start_ = Clock::now(); // logging is not training time
 }
 
 void JsonLinesLogger::on_epoch_end(FitContext&, const EpochLogs& logs) {
-    out_ << "{\"event\":\"epoch\",\"epoch\":" << logs.epoch + 1 << ",\"train_loss\":" << json_number(logs.train_loss)
-         << ",\"test_accuracy\":" << json_number(logs.validation_accuracy.value_or(NAN))
-         << ",\"seconds\":" << json_number(logs.seconds)
-         << ",\"samples_per_second\":" << json_number(logs.samples_per_second) << "}\n"
-         << std::flush;
-    step_start_ = Clock::now(); // nor is evaluation
+    if (out_.is_open())
+        out_ << "{\"event\":\"epoch\",\"epoch\":" << logs.epoch + 1
+             << ",\"train_loss\":" << json_number(logs.train_loss)
+             << ",\"test_accuracy\":" << json_number(logs.validation_accuracy.value_or(NAN))
+             << ",\"seconds\":" << json_number(logs.seconds)
+             << ",\"samples_per_second\":" << json_number(logs.samples_per_second) << "}\n"
+             << std::flush;
+    step_start_ = Clock::now(); // nor are evaluation and logging
 }
 
 void JsonLinesLogger::on_train_end(FitContext& context, bool) {
@@ -212,6 +220,7 @@ void JsonLinesLogger::on_train_end(FitContext& context, bool) {
     summary_.samples_per_second = seconds > 0 ? double(examples_) / seconds : 0;
     summary_.peak_rss_mib = peak_rss_mib();
     summary_.weights_digest = weights_digest(context.model.variables());
+    if (!out_.is_open()) return;
     out_ << "{\"event\":\"end\",\"steps\":" << summary_.steps << ",\"skipped_steps\":" << summary_.skipped_steps
          << ",\"loss_scale\":" << json_number(summary_.loss_scale)
          << ",\"test_accuracy\":" << json_number(summary_.test_accuracy.value_or(NAN))

@@ -100,7 +100,8 @@ struct RunSummary {
 /// std::runtime_error naming the path if the file cannot be opened.
 class JsonLinesLogger final : public Callback {
   public:
-    /// `append`: add to an existing log (a resumed run) instead of starting a new one.
+    /// `append`: add to an existing log (a resumed run) instead of starting a new one. An empty path writes
+    /// nothing and only measures the summary.
     explicit JsonLinesLogger(const std::filesystem::path& path, bool append = false);
     void on_train_begin(FitContext& context) override;
     void on_step_end(FitContext& context, const StepLogs& logs) override;

@@ -36,14 +36,6 @@ void validate(const FitOptions& options) {
         if (!c) throw std::invalid_argument("fit: a callback is null");
 }
 
-/// The epoch's order of examples: the identity, or a Fisher-Yates shuffle drawn from `rng`.
-std::vector<std::size_t> epoch_order(std::size_t n, bool shuffle, Rng& rng) {
-    std::vector<std::size_t> order(n);
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    if (shuffle)
-        for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
-    return order;
-}
 
 /// Runs `body(batch index, indices)` over `data` in order, in batches.
 template <class Body>
@@ -75,6 +67,13 @@ std::size_t count_correct(const autodiff::Tensor& logits, std::span<const std::i
 }
 
 } // namespace
+
+std::vector<std::size_t> shuffled_order(std::size_t n, Rng& rng) {
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+    return order;
+}
 
 double accuracy(const autodiff::Tensor& logits, std::span<const std::int32_t> labels) {
     const std::size_t correct = count_correct(logits, labels);
@@ -125,7 +124,9 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
         }
         for (Callback* c : options.callbacks) c->on_epoch_begin(context, state.epoch);
         Rng order_rng = state.shuffle_rng; // the order is drawn again, identically, after a resume
-        const std::vector<std::size_t> order = epoch_order(data.size(), options.shuffle, order_rng);
+        std::vector<std::size_t> order(data.size());
+        if (options.shuffle) order = shuffled_order(data.size(), order_rng);
+        else std::iota(order.begin(), order.end(), std::size_t{0});
 
         const auto start = Clock::now();
         std::int64_t examples_this_call = 0;

@@ -55,6 +55,10 @@ Evaluation evaluate(Sequential& model, const Dataset& data, std::size_t batch_si
 /// Float32 logits (size, classes) for every example of `data`, in order.
 autodiff::Tensor predict(Sequential& model, const Dataset& data, std::size_t batch_size = 256);
 
+/// 0, 1, ..., n-1 in a random order drawn from `rng` (Fisher-Yates, one draw per element from the last):
+/// the order fit gives an epoch, so code that drives its own loop can reproduce it.
+std::vector<std::size_t> shuffled_order(std::size_t n, Rng& rng);
+
 /// The fraction of rows of `logits` (batch, classes) whose largest entry is at the label (first on ties).
 double accuracy(const autodiff::Tensor& logits, std::span<const std::int32_t> labels);
 

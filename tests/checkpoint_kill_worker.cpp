@@ -73,9 +73,7 @@ struct Trainer {
 
     void step() {
         Rng order_rng = state.shuffle_rng; // the epoch's order comes from the generator at the epoch's start
-        std::vector<std::size_t> order(examples);
-        for (std::size_t i = 0; i < examples; ++i) order[i] = i;
-        for (std::size_t i = examples - 1; i > 0; --i) std::swap(order[i], order[order_rng() % (i + 1)]);
+        const std::vector<std::size_t> order = models::shuffled_order(examples, order_rng);
         std::vector<float> xb;
         std::vector<std::int32_t> yb;
         for (std::size_t k = 0; k < batch; ++k) {

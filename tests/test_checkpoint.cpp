@@ -142,9 +142,7 @@ struct Run {
     void step() {
         // The epoch's order is drawn from the generator as it was when the epoch began.
         Rng order_rng = state.shuffle_rng;
-        std::vector<std::size_t> order(examples);
-        for (std::size_t i = 0; i < examples; ++i) order[i] = i;
-        for (std::size_t i = examples - 1; i > 0; --i) std::swap(order[i], order[order_rng() % (i + 1)]);
+        const std::vector<std::size_t> order = models::shuffled_order(examples, order_rng);
         std::vector<float> xb;
         std::vector<std::int32_t> yb;
         for (std::size_t k = 0; k < batch; ++k) {

@@ -122,8 +122,8 @@ int run(const train::Options& o) {
     models::TerminateOnNaN terminate(std::cerr);
     PlotRecorder recorder;
     std::optional<models::ModelCheckpoint> checkpoint;
-    // The logger also measures the run's summary, so there is one even without --log.
-    models::JsonLinesLogger logger(o.log.empty() ? std::filesystem::path("/dev/null") : o.log, !o.resume.empty());
+    // The logger also measures the run's summary, so there is one even without --log (it then writes nothing).
+    models::JsonLinesLogger logger(o.log, !o.resume.empty());
     models::FitOptions fit{.epochs = o.epochs, .batch_size = o.batch_size, .seed = o.seed, .max_steps = o.max_steps,
                            .validation = &test_data};
     if (!o.quiet) fit.callbacks.push_back(&progress);
