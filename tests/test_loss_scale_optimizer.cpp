@@ -223,6 +223,42 @@ BOOST_AUTO_TEST_CASE(telemetry_and_errors) {
                       std::invalid_argument);
 }
 
+// The same pass on every SIMD path, past the size where results are streamed to memory, into an output
+// that starts off a 64-byte boundary: the same values and norm everywhere, and a result that overflows
+// to infinity (a finite gradient times a large 1/S) or an inf in the gradient is caught in the unaligned
+// head, the streamed middle and the tail.
+BOOST_AUTO_TEST_CASE(fused_unscale_pass_on_every_path_and_size) {
+    const autodiff::SimdPath best = autodiff::simd_path();
+    constexpr std::size_t n = (std::size_t{1} << 21) + 5;
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = float(int(i % 7) - 3) * 8.0f; // squares sum exactly in float
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+        const Tensor g = vec(v, dtype);
+        std::vector<float> storage(n + 1);
+        const std::span<float> out(storage.data() + 1, n);
+        for (autodiff::SimdPath p : autodiff::available_simd_paths()) {
+            autodiff::set_simd_path(p);
+            std::fill(storage.begin(), storage.end(), -1.0f);
+            const auto r = amp::unscale(g, 1.0f / 8, out);
+            BOOST_TEST_REQUIRE(r.finite);
+            double norm = 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                BOOST_TEST_REQUIRE(out[i] == float(int(i % 7) - 3));
+                norm += double(out[i]) * out[i];
+            }
+            BOOST_TEST(r.squared_norm == norm);
+            BOOST_TEST(storage[0] == -1.0f); // nothing written before the output
+            BOOST_TEST(!amp::unscale(g, 0x1p127f, out).finite); // 24 * 2^127 overflows
+            for (std::size_t pos : {std::size_t{2}, n / 2 + 3, n - 1}) {
+                std::vector<float> w(v);
+                w[pos] = -INFINITY;
+                BOOST_TEST_REQUIRE(!amp::unscale(vec(w, dtype), 1.0f / 8, out).finite);
+            }
+        }
+        autodiff::set_simd_path(best);
+    }
+}
+
 // The fused unscale pass: values, norm and the finite check at every position and length.
 BOOST_AUTO_TEST_CASE(fused_unscale_pass) {
     for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
