@@ -103,12 +103,14 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
                                      (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
 
+    if (use_onednn && s.k != 0) { // oneDNN adds the bias and rounds (see the header)
+        detail::onednn_matmul_bf16(s, a.raw(), b.raw(), out.raw(), true, bias != nullptr ? bias->raw() : nullptr);
+        return out;
+    }
     thread_local std::vector<float> wa, wb, wc;
     float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) : (wc.resize(out.size()), wc.data());
     if (s.k == 0) {
         std::fill(c, c + out.size(), 0.0f);
-    } else if (use_onednn) {
-        detail::onednn_matmul_bf16(s, a.raw(), b.raw(), c);
     } else {
         detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
     }

@@ -9,9 +9,12 @@
 ///
 /// float32 goes straight to OpenBLAS sgemm. float16, cbfloat16 and FP8 operands are widened to float32
 /// with the conversion kernels, multiplied by sgemm, and the product is rounded once. bfloat16 goes to
-/// oneDNN's matmul when the CPU has AVX512-BF16 (products of bfloat16 are exact in float32, and oneDNN
-/// accumulates in float32), else the sgemm route; both give the same product up to float32 summation
-/// order.
+/// oneDNN's matmul when the CPU has AVX512-BF16, else the sgemm route. oneDNN multiplies with vdpbf16ps
+/// (products of bfloat16 are exact in float32; sums in float32), adds the bias and rounds once to
+/// bfloat16 with vcvtneps2bf16, to nearest even. Both instructions flush float32 subnormals to zero, the
+/// first in its products and sums, the second in its input, so on this route a result smaller than
+/// 2^-126 in magnitude comes out as zero, as on the hardware; the sgemm route keeps it. Otherwise the
+/// two routes give the same product up to float32 summation order.
 
 #include "tensor.hpp"
 

@@ -16,8 +16,11 @@ void sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
 
 /// False when oneDNN cannot run a bf16 matmul on this CPU.
 bool onednn_bf16_available();
-/// a and b hold bfloat16; c receives float32.
-void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, float* c);
+/// a and b hold bfloat16. c receives float32, or with `bf16_out` the product rounded to bfloat16 by
+/// oneDNN (vcvtneps2bf16). `bias`, if not null, holds n bfloat16 values added to every row in float32
+/// before that rounding.
+void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void* c, bool bf16_out = false,
+                        const void* bias = nullptr);
 
 void onednn_set_threads(int threads);
 

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 namespace mixprec::autodiff::detail {
 namespace {
@@ -16,19 +17,21 @@ using dt = dnnl::memory::data_type;
 dnnl::engine& engine() { return onednn_engine(); }
 
 struct matmul_plan {
-    dnnl::memory::desc a, b, c;
+    dnnl::memory::desc a, b, c, bias;
     dnnl::matmul primitive;
 };
 
-matmul_plan make_plan(const gemm_shape& s) {
+matmul_plan make_plan(const gemm_shape& s, bool bf16_out, bool with_bias) {
     const auto B = static_cast<dnnl::memory::dim>(s.batch), M = static_cast<dnnl::memory::dim>(s.m),
                N = static_cast<dnnl::memory::dim>(s.n), K = static_cast<dnnl::memory::dim>(s.k);
     // Logical shapes are (batch, m, k) @ (batch, k, n); strides describe how the operands are stored.
     const dnnl::memory::desc a({B, M, K}, dt::bf16, s.transpose_a ? dims{M * K, 1, M} : dims{M * K, K, 1});
     const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, dt::bf16, s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
-    const dnnl::memory::desc c({B, M, N}, dt::f32, dims{M * N, N, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine());
-    return {a, b, c, dnnl::matmul(pd)};
+    const dnnl::memory::desc c({B, M, N}, bf16_out ? dt::bf16 : dt::f32, dims{M * N, N, 1});
+    const dnnl::memory::desc bias = with_bias ? dnnl::memory::desc({1, 1, N}, dt::bf16, dims{N, N, 1}) : dnnl::memory::desc();
+    const dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
+                                          engine());
+    return {a, b, c, bias, dnnl::matmul(pd)};
 }
 
 } // namespace
@@ -48,17 +51,20 @@ bool onednn_bf16_available() {
     return available;
 }
 
-void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, float* c) {
-    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool>;
+void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void* c, bool bf16_out, const void* bias) {
+    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, bool, bool>;
     thread_local std::map<key_t, matmul_plan> plans; // primitive creation costs far more than a small product
-    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b};
+    const bool with_bias = bias != nullptr;
+    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b, bf16_out, with_bias};
     auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, make_plan(s)).first;
+    if (it == plans.end()) it = plans.emplace(key, make_plan(s, bf16_out, with_bias)).first;
     const matmul_plan& p = it->second;
 
     dnnl::stream& stream = onednn_stream();
     dnnl::memory ma(p.a, engine(), const_cast<void*>(a)), mb(p.b, engine(), const_cast<void*>(b)), mc(p.c, engine(), c);
-    p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    if (with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, engine(), const_cast<void*>(bias)));
+    p.primitive.execute(stream, args);
     stream.wait();
 }
 

@@ -1,7 +1,8 @@
 // Forward + backward of a Dense layer and of conv2d through the tape, in float32, float16 and bfloat16,
 // next to the library calls they are made of, measured in the same run: the three GEMMs of each layer
 // (forward, input gradient, weight gradient) on ready buffers, with OpenBLAS sgemm for the float32 and
-// float16 rows and oneDNN's bfloat16 matmul for the bfloat16 rows. The floor: a layer takes at most 1.25×
+// float16 rows and oneDNN's bfloat16 matmul for the bfloat16 rows (writing bfloat16 for Dense, whose
+// products oneDNN rounds, and float32 for conv2d, whose convolutions write float32). The floor: a layer takes at most 1.25×
 // the time of its GEMMs (bench/report.py prints the ratios).
 //
 // Names: layer/<dense|conv2d>/<dtype>, peer/<dense|conv2d>/<sgemm|onednn>.
@@ -26,10 +27,11 @@ using namespace mixprec::autodiff;
 struct Gemm {
     std::size_t m, k, n;
     bool ta, tb;
+    bool bf16_out = false; ///< the bfloat16 peer writes bfloat16, as the layer's calls do (else float32)
 };
 
 // Dense 784 -> 512 at batch 128 (the dense op: y = x W + b rounded once), dx = dy Wᵀ, dW = xᵀ dy.
-const std::vector<Gemm> dense_gemms{{128, 784, 512, false, false}, {128, 512, 784, false, true}, {784, 128, 512, true, false}};
+const std::vector<Gemm> dense_gemms{{128, 784, 512, false, false, true}, {128, 512, 784, false, true, true}, {784, 128, 512, true, false, true}};
 // conv2d (128, 32, 13, 13) * (64, 32, 3, 3) -> (128, 64, 11, 11) as im2col GEMMs over P = 128·11·11 rows
 // and K = 32·3·3 columns: forward, weight gradient, column gradient.
 constexpr std::size_t P = 128 * 11 * 11, K = 32 * 3 * 3;
@@ -61,18 +63,17 @@ void bm_peer_sgemm(benchmark::State& state, std::vector<Gemm> gemms) {
 }
 
 void bm_peer_onednn(benchmark::State& state, std::vector<Gemm> gemms) {
-    std::vector<Tensor> a, b;
-    std::vector<std::vector<float>> c;
+    std::vector<Tensor> a, b, c;
     for (const Gemm& g : gemms) {
         a.push_back(Tensor::from_floats(Shape{g.m * g.k}, random_floats(g.m * g.k, 1), Dtype::bfloat16));
         b.push_back(Tensor::from_floats(Shape{g.k * g.n}, random_floats(g.k * g.n, 2), Dtype::bfloat16));
-        c.emplace_back(g.m * g.n);
+        c.emplace_back(Shape{g.m * g.n}, g.bf16_out ? Dtype::bfloat16 : Dtype::float32);
     }
     for (auto _ : state)
         for (std::size_t i = 0; i < gemms.size(); ++i) {
             const Gemm& g = gemms[i];
-            detail::onednn_matmul_bf16({1, g.m, g.n, g.k, g.ta, g.tb, false}, a[i].raw(), b[i].raw(), c[i].data());
-            benchmark::DoNotOptimize(c[i].data());
+            detail::onednn_matmul_bf16({1, g.m, g.n, g.k, g.ta, g.tb, false}, a[i].raw(), b[i].raw(), c[i].raw(), g.bf16_out);
+            benchmark::DoNotOptimize(c[i].raw());
         }
 }
 

@@ -39,6 +39,9 @@ double smallest(Dtype dtype) {
     return 1;
 }
 
+/// A 1x1 tensor holding x rounded to dtype.
+Tensor one(float x, Dtype dtype) { return Tensor::from_floats(Shape{1, 1}, std::vector<float>{x}, dtype); }
+
 Tensor random_tensor(const Shape& shape, Dtype dtype, unsigned seed) {
     std::mt19937 gen(seed);
     std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
@@ -134,6 +137,32 @@ BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
     }
     BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}), Tensor(Shape{2, 2}), {.backend = MatmulBackend::onednn}),
                       std::invalid_argument);
+}
+
+// A bias is added to every row in float32 before the one rounding, on every route: exact here, since
+// every term and sum is a small multiple of 2^-4.
+BOOST_AUTO_TEST_CASE(bias_is_added_before_the_one_rounding) {
+    const std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{1, 0, -1, 2, 0.5f, 1}, biasv{0.0625f, -7};
+    for (Dtype dtype : all_dtypes)
+        for (MatmulBackend backend : {MatmulBackend::automatic, MatmulBackend::sgemm}) {
+            const Tensor bias = Tensor::from_floats(Shape{2}, biasv, dtype);
+            const Tensor c = kernels::matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype),
+                                             {.backend = backend}, &bias);
+            const float expected[] = {0.5f, 7, 2, 16}; // a @ b
+            for (std::size_t i = 0; i < 4; ++i)
+                BOOST_TEST(c.flat(i) == one(expected[i] + bias.flat(i % 2), dtype).flat(0), dtype << " element " << i);
+        }
+}
+
+// The oneDNN route rounds as AVX512-BF16 does: a result below 2^-126 comes out as zero (vdpbf16ps
+// flushes it), where the sgemm route keeps the bfloat16 subnormal.
+BOOST_AUTO_TEST_CASE(onednn_route_flushes_float32_subnormal_results) {
+    if (!has_avx512_bf16()) return;
+    const Tensor a = one(0x1p-65f, Dtype::bfloat16), b = one(0x1p-65f, Dtype::bfloat16);
+    BOOST_TEST(kernels::matmul(a, b, {.backend = MatmulBackend::sgemm}).flat(0) == 0x1p-130f);
+    BOOST_TEST(kernels::matmul(a, b, {.backend = MatmulBackend::onednn}).flat(0) == 0.0f);
+    const Tensor c = one(0x1p-60f, Dtype::bfloat16); // 2^-125: normal, kept
+    BOOST_TEST(kernels::matmul(a, c, {.backend = MatmulBackend::onednn}).flat(0) == 0x1p-125f);
 }
 
 // Empty dimensions give empty or zero results, as in NumPy.
