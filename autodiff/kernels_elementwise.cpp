@@ -1,5 +1,6 @@
 #include "kernels_elementwise.hpp"
 
+#include "convert.hpp"
 #include "kernels_map.hpp"
 #include "vector_math.hpp"
 
@@ -41,14 +42,21 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
     if (x.shape() == shape) return x;
     if (shape.rank() > x.rank() || broadcast_shapes(x.shape(), shape) != x.shape())
         throw shape_error("sum_to_shape: " + x.shape().to_string() + " does not broadcast from " + shape.to_string());
-    // Each row of x adds into the output element(s) its broadcast offset points at, in float32.
+    // Each row of x adds into the output element(s) its broadcast offset points at, in float32. A narrow
+    // row is widened into a buffer of one row first, so x is never widened whole.
     const auto stride = detail::broadcast_strides(shape, x.shape());
-    const std::vector<float> v = x.to_floats();
     std::vector<float> sum(shape.elements(), 0.0f);
     const std::size_t n = x.shape()[x.rank() - 1];
     const bool inner = stride.back() == 1;
+    const auto* bytes = static_cast<const std::byte*>(x.raw());
+    const std::size_t width = size_of(x.dtype());
+    std::vector<float> wide(x.dtype() == Dtype::float32 ? 0 : n);
     detail::for_each_row(x.shape(), stride, stride, [&](std::size_t out, std::size_t, std::size_t r) {
-        const float* row = v.data() + r * n;
+        const float* row = reinterpret_cast<const float*>(bytes + r * n * width);
+        if (!wide.empty()) {
+            widen(bytes + r * n * width, x.dtype(), wide.data(), n);
+            row = wide.data();
+        }
         float* dst = sum.data() + out;
         if (inner) {
             for (std::size_t j = 0; j < n; ++j) dst[j] += row[j];

@@ -2,7 +2,9 @@
 
 #include "convert.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -41,9 +43,24 @@ Tensor Tensor::from_floats(const Shape& shape, std::span<const float> values, Dt
     return t;
 }
 
+namespace {
+/// Fills n elements of W-byte storage with `value` rounded once to dtype.
+template <class W>
+void fill_rounded(void* data, std::size_t n, float value, Dtype dtype) {
+    W bits;
+    narrow(&value, &bits, 1, dtype);
+    std::fill_n(static_cast<W*>(data), n, bits);
+}
+} // namespace
+
 Tensor Tensor::full(const Shape& shape, float value, Dtype dtype) {
-    std::vector<float> values(shape.elements(), value);
-    return from_floats(shape, values, dtype);
+    Tensor t = uninitialized(shape, dtype);
+    switch (size_of(dtype)) {
+    case 4: fill_rounded<std::uint32_t>(t.raw(), t.size(), value, dtype); break;
+    case 2: fill_rounded<std::uint16_t>(t.raw(), t.size(), value, dtype); break;
+    default: fill_rounded<std::uint8_t>(t.raw(), t.size(), value, dtype); break;
+    }
+    return t;
 }
 
 Tensor Tensor::to(Dtype dtype) const {
