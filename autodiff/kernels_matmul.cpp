@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -74,6 +75,33 @@ const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     return scratch.data();
 }
 
+/// Rows [r0, r1) of a product whose batches stack into one matrix of rows (a not transposed, one b):
+/// those rows of a widened, one sgemm against the widened b, the bias added, the rows rounded into out.
+void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, const float* bias, Tensor& out,
+                  std::size_t r0, std::size_t r1) {
+    thread_local std::vector<float> wa, wc;
+    const std::size_t rows = r1 - r0, width = size_of(a.dtype());
+    const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
+    if (a.dtype() != Dtype::float32) {
+        wa.resize(rows * s.k);
+        widen(static_cast<const std::byte*>(a.raw()) + r0 * s.k * width, a.dtype(), wa.data(), wa.size());
+        pa = wa.data();
+    }
+    float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) + r0 * s.n : (wc.resize(rows * s.n), wc.data());
+    detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
+    if (bias != nullptr)
+        for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < s.n; ++j) c[i * s.n + j] += bias[j];
+    if (out.dtype() != Dtype::float32)
+        narrow(c, static_cast<std::byte*>(out.raw()) + r0 * s.n * width, rows * s.n, out.dtype());
+}
+
+/// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
+/// a (unless float32), multiplying them (OpenBLAS runs on one thread inside a parallel region) and
+/// rounding its rows of the result. OpenBLAS's own threading costs more than such a product is worth
+/// (at 128x512x10 splitting by rows takes about half the time); larger products go to it.
+constexpr std::size_t row_split_below = std::size_t{1} << 21;
+
 } // namespace
 
 Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, const Tensor* bias) {
@@ -108,6 +136,17 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
         return out;
     }
     thread_local std::vector<float> wa, wb, wc;
+    const std::size_t rows = s.batch * s.m;
+    if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
+        const float* pb = as_float32(b, wb);
+        const std::vector<float> add = bias != nullptr ? bias->to_floats() : std::vector<float>{};
+        const int parts = static_cast<int>(std::clamp<std::size_t>(rows / 16, 1, std::size_t(std::max(1, omp_get_max_threads()))));
+#pragma omp parallel for num_threads(parts) if (parts > 1)
+        for (int p = 0; p < parts; ++p)
+            product_rows(s, a, pb, add.empty() ? nullptr : add.data(), out, rows * std::size_t(p) / std::size_t(parts),
+                         rows * std::size_t(p + 1) / std::size_t(parts));
+        return out;
+    }
     float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) : (wc.resize(out.size()), wc.data());
     if (s.k == 0) {
         std::fill(c, c + out.size(), 0.0f);

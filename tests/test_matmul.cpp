@@ -142,15 +142,17 @@ BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
 // A bias is added to every row in float32 before the one rounding, on every route: exact here, since
 // every term and sum is a small multiple of 2^-4.
 BOOST_AUTO_TEST_CASE(bias_is_added_before_the_one_rounding) {
-    const std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{1, 0, -1, 2, 0.5f, 1}, biasv{0.0625f, -7};
+    const std::vector<float> bv{1, 0, -1, 2, 0.5f, 1}, biasv{0.0625f, -7};
+    std::vector<float> av; // 64 rows (split over threads), alternating (1 2 3) and (4 5 6)
+    for (int i = 0; i < 32; ++i) av.insert(av.end(), {1, 2, 3, 4, 5, 6});
     for (Dtype dtype : all_dtypes)
         for (MatmulBackend backend : {MatmulBackend::automatic, MatmulBackend::sgemm}) {
             const Tensor bias = Tensor::from_floats(Shape{2}, biasv, dtype);
-            const Tensor c = kernels::matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype),
+            const Tensor c = kernels::matmul(Tensor::from_floats(Shape{64, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype),
                                              {.backend = backend}, &bias);
-            const float expected[] = {0.5f, 7, 2, 16}; // a @ b
-            for (std::size_t i = 0; i < 4; ++i)
-                BOOST_TEST(c.flat(i) == one(expected[i] + bias.flat(i % 2), dtype).flat(0), dtype << " element " << i);
+            const float expected[] = {0.5f, 7, 2, 16}; // a @ b, rows (1 2 3) and (4 5 6)
+            for (std::size_t i = 0; i < c.size(); ++i)
+                BOOST_TEST_REQUIRE(c.flat(i) == one(expected[i % 4] + bias.flat(i % 2), dtype).flat(0), dtype << " element " << i);
         }
 }
 
