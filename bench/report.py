@@ -162,17 +162,27 @@ STEP_FLOOR = 1.03
 
 
 def step_table(samples):
-    """A whole training step with the LossScaleOptimizer against the bare inner optimizer."""
+    """A whole training step with the LossScaleOptimizer against the bare inner optimizer: the two
+    separate benchmarks, and the paired one (both steps timed in every iteration; median of the per-pair
+    ratios, then the median over repetitions), on which the floor is judged when it is present."""
     times = {k[1]: statistics.median(r["real_time"] for r in runs) for k, runs in samples.items() if k[0] == "step"}
+    pairs = [r for k, runs in samples.items() if k[0] == "step_pair" for r in runs]
     if "adam" not in times or "loss_scale_adam" not in times:
         return []
+    print("| step | measured | time (us) | bare Adam (us) | ratio | floor |")
+    print("|---|---|---:|---:|---:|---|")
+    name = "MLP 784-512-512-10, batch 128, mixed_float16, LossScaleOptimizer(Adam)"
     ratio = times["loss_scale_adam"] / times["adam"]
-    print("| step | time (us) | bare Adam (us) | ratio | floor |")
-    print("|---|---:|---:|---:|---|")
-    ok = ratio <= STEP_FLOOR
-    print(f"| MLP 784-512-512-10, batch 128, mixed_float16, LossScaleOptimizer(Adam) | {times['loss_scale_adam']:.0f} | "
-          f"{times['adam']:.0f} | {ratio:.3f} | {'ok' if ok else '**above**'} |")
-    return [] if ok else [f"LossScaleOptimizer step overhead {ratio:.3f}x (floor {STEP_FLOOR}x)"]
+    judged = ratio
+    verdict_separate = "(reference)" if pairs else ("ok" if ratio <= STEP_FLOOR else "**above**")
+    print(f"| {name} | separately | {times['loss_scale_adam']:.0f} | {times['adam']:.0f} | {ratio:.3f} | {verdict_separate} |")
+    if pairs:
+        judged = statistics.median(r["ratio"] for r in pairs)
+        scaled = statistics.median(r["scaled_us"] for r in pairs)
+        bare = statistics.median(r["bare_us"] for r in pairs)
+        print(f"| {name} | in pairs | {scaled:.0f} | {bare:.0f} | {judged:.3f} | "
+              f"{'ok' if judged <= STEP_FLOOR else '**above**'} |")
+    return [] if judged <= STEP_FLOOR else [f"LossScaleOptimizer step overhead {judged:.3f}x (floor {STEP_FLOOR}x)"]
 
 
 def layers_table(samples):
@@ -207,7 +217,7 @@ def main(paths):
         if "copy" in kinds:
             print("\n### Conversions (GB/s = 1e9 bytes read + written per second)\n")
             below += convert_table(samples)
-        if "step" in kinds:
+        if "step" in kinds or "step_pair" in kinds:
             print("\n### Loss scaling overhead on a whole training step (time ratio, lower is better)\n")
             below += step_table(samples)
         if "layer" in kinds:

@@ -1,5 +1,7 @@
 #include "optimizer.hpp"
 
+#include "../autodiff/convert.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -60,15 +62,17 @@ bool Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     if (grads.size() != variables.size())
         throw std::invalid_argument("Optimizer::apply: " + std::to_string(grads.size()) + " gradients for " +
                                     std::to_string(variables.size()) + " variables");
-    std::vector<std::vector<float>> floats(grads.size());
-    for (std::size_t i = 0; i < grads.size(); ++i) {
+    for (std::size_t i = 0; i < grads.size(); ++i)
         if (grads[i].shape() != variables[i].shape())
             throw std::invalid_argument("Optimizer::apply: the gradient of variable " + quoted(variables[i]) +
                                         " has shape " + grads[i].shape().to_string() + ", the variable has shape " +
                                         variables[i].shape().to_string());
-        floats[i] = grads[i].to_floats();
+    widened_.resize(grads.size());
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        widened_[i].resize(grads[i].size());
+        autodiff::widen(grads[i].raw(), grads[i].dtype(), widened_[i].data(), grads[i].size());
     }
-    return apply_float32(floats, variables);
+    return apply_float32(widened_, variables);
 }
 
 bool SlotOptimizer::apply_float32(std::vector<std::vector<float>>& grads, const std::vector<Variable>& variables) {

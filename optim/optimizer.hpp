@@ -85,6 +85,9 @@ class Optimizer {
 
   protected:
     Optimizer() = default;
+
+  private:
+    std::vector<std::vector<float>> widened_; ///< apply's float32 gradients, reused from step to step
 };
 
 /// The common machinery of SGD, Adam and AdamW: learning rate, clipping, the applied-step count and
