@@ -72,8 +72,10 @@ UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
 }
 
 #if defined(__x86_64__)
-#pragma GCC diagnostic push // GCC 12's vcvtph2ps intrinsic leaves its unused mask operand undefined on purpose
+#if !defined(__clang__) // GCC 12's vcvtph2ps intrinsic leaves its unused mask operand undefined on purpose
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define MIXPREC_AVX512 gnu::target("avx512f,avx512bw,avx512vl,avx512dq")
 
 /// 16 gradient elements of dtype D from src + i (lanes outside m read as zero), widened to float32.
@@ -103,39 +105,55 @@ template <autodiff::Dtype D, bool Stream>
     sums.bad |= _mm512_fpclass_ps_mask(v, inf_or_nan);
 }
 
+/// total += the float squares of `sums`, widened to double; the float sums start again from zero.
+[[MIXPREC_AVX512, gnu::always_inline]] inline void fold(avx512_sums& sums, __m512d& total) {
+    const __m512 s = _mm512_add_ps(sums.squares[0], sums.squares[1]);
+    const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+    total = _mm512_add_pd(total, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(s)), _mm512_cvtps_pd(high)));
+    sums.squares[0] = sums.squares[1] = _mm512_setzero_ps();
+}
+
 /// The AVX-512 pass for float32, float16 and bfloat16 gradients: widened in registers, never through a
 /// buffer. Results larger than the caches go out with 64-byte streaming stores once dst is aligned (as
-/// the copy it is measured against does).
+/// the copy it is measured against does). Squares are summed in float within a chunk and the chunk's
+/// sums in double, as in the portable pass.
 template <autodiff::Dtype D>
 [[MIXPREC_AVX512]] UnscaleResult unscale_avx512(const void* src, float inverse_scale, float* dst, std::size_t n) {
     const __m512 inv = _mm512_set1_ps(inverse_scale);
     avx512_sums sums{{_mm512_setzero_ps(), _mm512_setzero_ps()}};
+    __m512d total = _mm512_setzero_pd();
     const auto mask = [](std::size_t left) { return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1); };
+    const bool stream = n > stream_above;
     std::size_t i = 0;
-    if (n > stream_above) {
-        const std::size_t head = ((64 - reinterpret_cast<std::uintptr_t>(dst) % 64) % 64) / sizeof(float);
-        if (head > 0) unscale16<D, false>(src, dst, 0, mask(head), inv, sums, 0);
-        for (i = head; i + 32 <= n; i += 32) {
-            unscale16<D, true>(src, dst, i, 0xffff, inv, sums, 0);
-            unscale16<D, true>(src, dst, i + 16, 0xffff, inv, sums, 1);
-        }
-        _mm_sfence(); // streaming stores are weakly ordered: make them visible before returning
-    } else {
-        for (; i + 32 <= n; i += 32) {
-            unscale16<D, false>(src, dst, i, 0xffff, inv, sums, 0);
-            unscale16<D, false>(src, dst, i + 16, 0xffff, inv, sums, 1);
-        }
+    if (stream) { // a masked head brings dst to a 64-byte boundary
+        i = std::min(n, ((64 - reinterpret_cast<std::uintptr_t>(dst) % 64) % 64) / sizeof(float));
+        if (i > 0) unscale16<D, false>(src, dst, 0, mask(i), inv, sums, 0);
     }
+    while (i + 32 <= n) {
+        const std::size_t end = std::min(n, i + chunk) - 31;
+        for (; i < end; i += 32) {
+            if (stream) {
+                unscale16<D, true>(src, dst, i, 0xffff, inv, sums, 0);
+                unscale16<D, true>(src, dst, i + 16, 0xffff, inv, sums, 1);
+            } else {
+                unscale16<D, false>(src, dst, i, 0xffff, inv, sums, 0);
+                unscale16<D, false>(src, dst, i + 16, 0xffff, inv, sums, 1);
+            }
+        }
+        fold(sums, total);
+    }
+    if (stream) _mm_sfence(); // streaming stores are weakly ordered: make them visible before returning
     for (; i < n; i += 16) unscale16<D, false>(src, dst, i, mask(n - i), inv, sums, 0);
+    fold(sums, total);
     UnscaleResult r;
     r.finite = sums.bad == 0;
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(sums.squares[0], sums.squares[1]));
-    for (float x : lanes) r.squared_norm += x;
+    r.squared_norm = _mm512_reduce_add_pd(total);
     return r;
 }
 #undef MIXPREC_AVX512
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 bool has_avx512_unscale() {
     static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
