@@ -194,6 +194,99 @@ void blocks_of(const std::vector<float>& in, Fn fn) {
 
 constexpr long hardware_random_count = 10'000'000;
 
+/// Floats a vector kernel may treat apart from ordinary data: every power of two (float32 subnormal to
+/// 2^127), its neighbours and 1.5 times it, F's values next to its extremes, zeros, infinities and NaNs
+/// (quiet and signalling, with payloads), all with both signs.
+template <class F>
+std::vector<float> edge_values() {
+    std::vector<float> v;
+    for (int e = -149; e <= 127; ++e) {
+        const float p = std::ldexp(1.0f, e);
+        v.insert(v.end(), {p, std::nextafter(p, 0.0f), std::nextafter(p, INFINITY), 1.5f * p});
+    }
+    const std::uint32_t max_code = std::numeric_limits<F>::max().bits();
+    for (std::uint32_t k : {1u, 2u, 3u, max_code - 1, max_code}) {
+        const float x = float(F::from_bits(static_cast<typename F::storage>(k)));
+        v.insert(v.end(), {x, std::nextafter(x, 0.0f), std::nextafter(x, INFINITY)});
+    }
+    for (std::uint32_t b : {0x00000000u, 0x7f800000u, 0x7fc00000u, 0x7f800001u, 0x7fa00000u, 0x7fffffffu, 0x7fc00123u,
+                            0x7f7fffffu, 0x00000001u, 0x007fffffu})
+        v.push_back(from_fbits(b));
+    const std::size_t n = v.size();
+    for (std::size_t i = 0; i < n; ++i) v.push_back(-v[i]);
+    return v;
+}
+
+/// narrow of F on the current path vs scalar encode for each edge value placed alone among ordinary
+/// floats, at a different position of a 300-element array each time, so that vector kernels meet it in
+/// otherwise unremarkable blocks (where they may take a faster route) as well as in their tails.
+template <class F>
+void check_edges_among_ordinary(const std::string& path) {
+    using T = typename F::storage;
+    const auto edges = edge_values<F>();
+    std::mt19937 gen(99);
+    std::uniform_real_distribution<float> ordinary(-100.0f, 100.0f);
+    std::vector<float> in(300);
+    std::vector<T> out(in.size());
+    for (Overflow o : {Overflow::infinity, Overflow::saturate}) {
+        mismatches log{path + " " + std::string(name_of(dtype_of<F>)) + " narrow, one edge value among ordinary ones" +
+                       overflow_name(o)};
+        for (std::size_t k = 0; k < edges.size(); ++k) {
+            for (float& x : in) x = ordinary(gen);
+            in[(k * 37) % in.size()] = edges[k];
+            narrow(in.data(), out.data(), in.size(), dtype_of<F>, o);
+            for (std::size_t i = 0; i < in.size(); ++i) log.check(fbits(in[i]), out[i], scalar_encode<F>(in[i], o));
+        }
+    }
+}
+
+/// MXCSR bits: flush-to-zero, denormals-are-zero, rounding control (round toward zero), and the six
+/// exception status flags (which a conversion may leave raised).
+constexpr unsigned mxcsr_ftz = 0x8000, mxcsr_daz = 0x0040, mxcsr_round_toward_zero = 0x6000, mxcsr_flags = 0x003f;
+
+/// Sets FTZ, DAZ and round toward zero for its lifetime, as a -ffast-math program that also changed the
+/// rounding mode runs; puts MXCSR back when it ends.
+struct hostile_mxcsr {
+    const unsigned saved = _mm_getcsr();
+    const unsigned hostile = saved | mxcsr_ftz | mxcsr_daz | mxcsr_round_toward_zero;
+    hostile_mxcsr() { _mm_setcsr(hostile); }
+    ~hostile_mxcsr() { _mm_setcsr(saved); }
+    hostile_mxcsr(const hostile_mxcsr&) = delete;
+    hostile_mxcsr& operator=(const hostile_mxcsr&) = delete;
+};
+
+/// Bulk narrow (both overflow modes) and widen of F on the current path, run under hostile_mxcsr, vs
+/// scalar encode/decode (integer code, computed afterwards); MXCSR must come back as the caller set it.
+template <class F>
+void check_format_under_mxcsr(const std::string& path) {
+    using T = typename F::storage;
+    const std::string where = path + " " + std::string(name_of(dtype_of<F>)) + " under FTZ, DAZ, round toward zero";
+    const auto& in = narrow_inputs(); // built before MXCSR changes: making it uses float and double arithmetic
+    std::vector<T> patterns(pattern_count<F>());
+    std::iota(patterns.begin(), patterns.end(), T(0));
+    std::vector<float> wide(patterns.size());
+    std::vector<T> to_infinity(in.size()), saturated(in.size());
+    unsigned set = 0, after = 0;
+    {
+        hostile_mxcsr mxcsr;
+        set = mxcsr.hostile;
+        widen(patterns.data(), dtype_of<F>, wide.data(), patterns.size());
+        narrow(in.data(), to_infinity.data(), in.size(), dtype_of<F>, Overflow::infinity);
+        narrow(in.data(), saturated.data(), in.size(), dtype_of<F>, Overflow::saturate);
+        after = _mm_getcsr();
+    }
+    BOOST_TEST((after & ~mxcsr_flags) == (set & ~mxcsr_flags), where << ": MXCSR changed by the conversions");
+    mismatches widened{where + " widen, all patterns"};
+    for (std::size_t i = 0; i < patterns.size(); ++i)
+        widened.check(patterns[i], fbits(wide[i]), fbits(float(F::from_bits(patterns[i]))));
+    mismatches inf{where + " narrow" + overflow_name(Overflow::infinity)};
+    mismatches sat{where + " narrow" + overflow_name(Overflow::saturate)};
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        inf.check(fbits(in[i]), to_infinity[i], scalar_encode<F>(in[i], Overflow::infinity));
+        sat.check(fbits(in[i]), saturated[i], scalar_encode<F>(in[i], Overflow::saturate));
+    }
+}
+
 } // namespace
 
 // Proves every SIMD path's narrow/widen equals scalar encode/decode bit for bit, for every dtype, both
@@ -211,6 +304,37 @@ BOOST_AUTO_TEST_CASE(every_path_matches_scalar) {
         check_format_on_path<cbfloat16>(path);
         check_format_on_path<float8_e4m3>(path);
         check_format_on_path<float8_e5m2>(path);
+    }
+}
+
+// Proves narrow equals scalar encode on every path when one edge value (power of two, neighbour of a
+// format's extremes, infinity, NaN, ...) sits among ordinary floats, wherever in the array it falls.
+BOOST_AUTO_TEST_CASE(every_path_handles_edge_values_among_ordinary_ones) {
+    restore_best_path restore;
+    for (SimdPath p : available_simd_paths()) {
+        set_simd_path(p);
+        const std::string path(name_of(p));
+        check_edges_among_ordinary<float16>(path);
+        check_edges_among_ordinary<bfloat16>(path);
+        check_edges_among_ordinary<cbfloat16>(path);
+        check_edges_among_ordinary<float8_e4m3>(path);
+        check_edges_among_ordinary<float8_e5m2>(path);
+    }
+}
+
+// Proves the results do not depend on MXCSR: with flush-to-zero, denormals-are-zero and round toward
+// zero set (-ffast-math sets the first two process-wide), every path's narrow and widen of every dtype
+// still equal scalar encode/decode bit for bit, and MXCSR is as the caller left it.
+BOOST_AUTO_TEST_CASE(every_path_ignores_ftz_daz_and_rounding_mode) {
+    restore_best_path restore;
+    for (SimdPath p : available_simd_paths()) {
+        set_simd_path(p);
+        const std::string path(name_of(p));
+        check_format_under_mxcsr<float16>(path);
+        check_format_under_mxcsr<bfloat16>(path);
+        check_format_under_mxcsr<cbfloat16>(path);
+        check_format_under_mxcsr<float8_e4m3>(path);
+        check_format_under_mxcsr<float8_e5m2>(path);
     }
 }
 
