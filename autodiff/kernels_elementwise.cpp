@@ -1,6 +1,5 @@
 #include "kernels_elementwise.hpp"
 
-#include "convert.hpp"
 #include "kernels_map.hpp"
 #include "vector_math.hpp"
 
@@ -48,15 +47,9 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
     std::vector<float> sum(shape.elements(), 0.0f);
     const std::size_t n = x.shape()[x.rank() - 1];
     const bool inner = stride.back() == 1;
-    const auto* bytes = static_cast<const std::byte*>(x.raw());
-    const std::size_t width = size_of(x.dtype());
     std::vector<float> wide(x.dtype() == Dtype::float32 ? 0 : n);
     detail::for_each_row(x.shape(), stride, stride, [&](std::size_t out, std::size_t, std::size_t r) {
-        const float* row = reinterpret_cast<const float*>(bytes + r * n * width);
-        if (!wide.empty()) {
-            widen(bytes + r * n * width, x.dtype(), wide.data(), n);
-            row = wide.data();
-        }
+        const float* row = detail::floats_at(x, r * n, n, wide);
         float* dst = sum.data() + out;
         if (inner) {
             for (std::size_t j = 0; j < n; ++j) dst[j] += row[j];

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <vector>
 
 namespace mixprec::autodiff::kernels::detail {
@@ -21,8 +22,8 @@ inline std::byte* bytes_at(Tensor& t, std::size_t element) {
     return static_cast<std::byte*>(t.raw()) + element * size_of(t.dtype());
 }
 
-/// Elements [i, i + n) of `t` as floats: in place for float32, else widened into `scratch`.
-inline const float* floats_at(const Tensor& t, std::size_t i, std::size_t n, std::array<float, chunk>& scratch) {
+/// Elements [i, i + n) of `t` as floats: in place for float32, else widened into `scratch` (n floats).
+inline const float* floats_at(const Tensor& t, std::size_t i, std::size_t n, std::span<float> scratch) {
     if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw()) + i;
     widen(bytes_at(t, i), t.dtype(), scratch.data(), n);
     return scratch.data();

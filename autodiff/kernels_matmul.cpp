@@ -52,11 +52,12 @@ std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) 
            (o.transpose_b ? "ᵀ" : "");
 }
 
-/// Splits [0, n) over the OpenMP threads (the pool OpenBLAS and oneDNN use too) when n is large enough
-/// to pay for it, and calls part(begin, end) for each piece.
+/// Splits [0, n) over the OpenMP threads (the pool OpenBLAS and oneDNN use too) in pieces of at least
+/// `min_piece` (one piece when n is smaller), and calls part(begin, end) for each piece.
 template <class Part>
-void split(std::size_t n, Part part) {
-    const int parts = n >= (std::size_t{1} << 15) ? std::max(1, omp_get_max_threads()) : 1;
+void split(std::size_t n, std::size_t min_piece, Part part) {
+    const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+    const int parts = static_cast<int>(std::clamp<std::size_t>(n / min_piece, 1, threads));
 #pragma omp parallel for num_threads(parts) if (parts > 1)
     for (int p = 0; p < parts; ++p)
         part(n * std::size_t(p) / std::size_t(parts), n * std::size_t(p + 1) / std::size_t(parts));
@@ -69,14 +70,24 @@ const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     scratch.resize(t.size());
     const auto* bytes = static_cast<const std::byte*>(t.raw());
     const std::size_t width = size_of(t.dtype());
-    split(t.size(), [&](std::size_t begin, std::size_t end) {
+    split(t.size(), std::size_t{1} << 14, [&](std::size_t begin, std::size_t end) {
         widen(bytes + begin * width, t.dtype(), scratch.data() + begin, end - begin);
     });
     return scratch.data();
 }
 
+/// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): the bias added to each
+/// row, if any, and the rows rounded into out unless it is float32 (then c is out's storage already).
+void finish_rows(float* c, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1) {
+    if (bias != nullptr)
+        for (std::size_t i = 0; i < r1 - r0; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[i * n + j] += bias[j];
+    if (out.dtype() != Dtype::float32)
+        narrow(c, static_cast<std::byte*>(out.raw()) + r0 * n * size_of(out.dtype()), (r1 - r0) * n, out.dtype());
+}
+
 /// Rows [r0, r1) of a product whose batches stack into one matrix of rows (a not transposed, one b):
-/// those rows of a widened, one sgemm against the widened b, the bias added, the rows rounded into out.
+/// those rows of a widened, one sgemm against the widened b, then finish_rows.
 void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, const float* bias, Tensor& out,
                   std::size_t r0, std::size_t r1) {
     thread_local std::vector<float> wa, wc;
@@ -89,11 +100,7 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
     }
     float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) + r0 * s.n : (wc.resize(rows * s.n), wc.data());
     detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
-    if (bias != nullptr)
-        for (std::size_t i = 0; i < rows; ++i)
-            for (std::size_t j = 0; j < s.n; ++j) c[i * s.n + j] += bias[j];
-    if (out.dtype() != Dtype::float32)
-        narrow(c, static_cast<std::byte*>(out.raw()) + r0 * s.n * width, rows * s.n, out.dtype());
+    finish_rows(c, bias, out, s.n, r0, r1);
 }
 
 /// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
@@ -136,15 +143,12 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
         return out;
     }
     thread_local std::vector<float> wa, wb, wc;
+    const std::vector<float> bias_floats = bias != nullptr ? bias->to_floats() : std::vector<float>{};
+    const float* add = bias != nullptr ? bias_floats.data() : nullptr;
     const std::size_t rows = s.batch * s.m;
     if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
         const float* pb = as_float32(b, wb);
-        const std::vector<float> add = bias != nullptr ? bias->to_floats() : std::vector<float>{};
-        const int parts = static_cast<int>(std::clamp<std::size_t>(rows / 16, 1, std::size_t(std::max(1, omp_get_max_threads()))));
-#pragma omp parallel for num_threads(parts) if (parts > 1)
-        for (int p = 0; p < parts; ++p)
-            product_rows(s, a, pb, add.empty() ? nullptr : add.data(), out, rows * std::size_t(p) / std::size_t(parts),
-                         rows * std::size_t(p + 1) / std::size_t(parts));
+        split(rows, 16, [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, add, out, r0, r1); });
         return out;
     }
     float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) : (wc.resize(out.size()), wc.data());
@@ -153,12 +157,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     } else {
         detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
     }
-    if (bias != nullptr) {
-        const std::vector<float> add = bias->to_floats();
-        for (std::size_t row = 0; row < out.size() / s.n; ++row)
-            for (std::size_t j = 0; j < s.n; ++j) c[row * s.n + j] += add[j];
-    }
-    if (out.dtype() != Dtype::float32) narrow(c, out.raw(), out.size(), out.dtype());
+    finish_rows(c, add, out, s.n, 0, rows);
     return out;
 }
 

@@ -36,7 +36,6 @@ void validate(const FitOptions& options) {
         if (!c) throw std::invalid_argument("fit: a callback is null");
 }
 
-
 /// Runs `body(batch index, indices)` over `data` in order, in batches.
 template <class Body>
 void for_each_batch(const Dataset& data, std::size_t batch_size, Body&& body) {
@@ -124,9 +123,13 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
         }
         for (Callback* c : options.callbacks) c->on_epoch_begin(context, state.epoch);
         Rng order_rng = state.shuffle_rng; // the order is drawn again, identically, after a resume
-        std::vector<std::size_t> order(data.size());
-        if (options.shuffle) order = shuffled_order(data.size(), order_rng);
-        else std::iota(order.begin(), order.end(), std::size_t{0});
+        std::vector<std::size_t> order;
+        if (options.shuffle) {
+            order = shuffled_order(data.size(), order_rng);
+        } else {
+            order.resize(data.size());
+            std::iota(order.begin(), order.end(), std::size_t{0});
+        }
 
         const auto start = Clock::now();
         std::int64_t examples_this_call = 0;
