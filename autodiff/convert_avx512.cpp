@@ -328,54 +328,56 @@ template <class S, bool Saturate>
         r[k] = encode_any<S, Saturate>(_mm512_maskz_loadu_ps(__mmask16(m >> (16 * k)), src + 16 * k));
 }
 
-/// cbfloat16: vpermt2w packs the high words of two vectors.
-template <bool Saturate>
-[[gnu::target("avx512vbmi"), gnu::noinline]] void narrow_cbf16_kernel(const float* src, void* dst, std::size_t n) {
-    using S = cbfloat16::spec;
-    auto* out = static_cast<std::uint16_t*>(dst);
-    const __m512i pick = load_index(high_words.data());
+/// How the code_top results of 64 floats (four vectors) are stored as cbfloat16: vpermt2w packs the
+/// high words of two vectors. m says which of the 64 are stored.
+struct cbf16_codes {
+    using storage = std::uint16_t;
+    static constexpr const auto& index = high_words;
+    [[gnu::target("avx512vbmi"), gnu::always_inline]] static void store(storage* out, __m512i pick, const __m512i* r,
+                                                                      __mmask64 m) {
+        const __m512i low = _mm512_permutex2var_epi16(r[0], pick, r[1]), high = _mm512_permutex2var_epi16(r[2], pick, r[3]);
+        if (m == ~__mmask64(0)) {
+            _mm512_storeu_si512(out, low);
+            _mm512_storeu_si512(out + 32, high);
+        } else {
+            _mm512_mask_storeu_epi16(out, __mmask32(m), low);
+            _mm512_mask_storeu_epi16(out + 32, __mmask32(m >> 32), high);
+        }
+    }
+};
+
+/// The same for an FP8 format: the top bytes of the lanes of the four vectors, in order.
+struct fp8_codes {
+    using storage = std::uint8_t;
+    static constexpr const auto& index = top_bytes;
+    [[gnu::target("avx512vbmi"), gnu::always_inline]] static void store(storage* out, __m512i pick, const __m512i* r,
+                                                                      __mmask64 m) {
+        const __m512i ab = _mm512_permutex2var_epi8(r[0], pick, r[1]), cd = _mm512_permutex2var_epi8(r[2], pick, r[3]);
+        const __m512i codes = _mm512_inserti64x4(ab, _mm512_castsi512_si256(cd), 1);
+        if (m == ~__mmask64(0)) _mm512_storeu_si512(out, codes);
+        else _mm512_mask_storeu_epi8(out, m, codes);
+    }
+};
+
+/// float32 -> format S: the table path over blocks of 128 floats, encode_any for the last (up to 127);
+/// Codes stores them.
+template <class S, class Codes, bool Saturate>
+[[gnu::target("avx512vbmi"), gnu::noinline]] void narrow_codes_kernel(const float* src, void* dst, std::size_t n) {
+    auto* out = static_cast<typename Codes::storage*>(dst);
+    const __m512i pick = load_index(Codes::index.data());
     std::size_t i = 0;
     for (; i + 128 <= n; i += 128) {
         __m512i r[8];
         encode_128<S, Saturate>(src + i, r);
-        for (int k = 0; k < 4; ++k)
-            _mm512_storeu_si512(out + i + 32 * k, _mm512_permutex2var_epi16(r[2 * k], pick, r[2 * k + 1]));
+        Codes::store(out + i, pick, r, ~__mmask64(0));
+        Codes::store(out + i + 64, pick, r + 4, ~__mmask64(0));
     }
     for (; i < n; i += 64) {
         const std::size_t left = std::min<std::size_t>(64, n - i);
         const __mmask64 m = left == 64 ? ~__mmask64(0) : (__mmask64(1) << left) - 1;
         __m512i r[4];
         encode_tail<S, Saturate>(src + i, m, r);
-        _mm512_mask_storeu_epi16(out + i, __mmask32(m), _mm512_permutex2var_epi16(r[0], pick, r[1]));
-        _mm512_mask_storeu_epi16(out + i + 32, __mmask32(m >> 32), _mm512_permutex2var_epi16(r[2], pick, r[3]));
-    }
-}
-
-/// The top bytes of the lanes of four vectors, in order.
-[[gnu::target("avx512vbmi"), gnu::always_inline]] inline __m512i pack_top_bytes(__m512i pick, __m512i a, __m512i b,
-                                                                              __m512i c, __m512i d) {
-    const __m512i ab = _mm512_permutex2var_epi8(a, pick, b), cd = _mm512_permutex2var_epi8(c, pick, d);
-    return _mm512_inserti64x4(ab, _mm512_castsi512_si256(cd), 1);
-}
-
-template <class F, bool Saturate>
-[[gnu::target("avx512vbmi"), gnu::noinline]] void narrow_fp8_kernel(const float* src, void* dst, std::size_t n) {
-    using S = typename F::spec;
-    auto* out = static_cast<std::uint8_t*>(dst);
-    const __m512i pick = load_index(top_bytes.data());
-    std::size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        __m512i r[8];
-        encode_128<S, Saturate>(src + i, r);
-        _mm512_storeu_si512(out + i, pack_top_bytes(pick, r[0], r[1], r[2], r[3]));
-        _mm512_storeu_si512(out + i + 64, pack_top_bytes(pick, r[4], r[5], r[6], r[7]));
-    }
-    for (; i < n; i += 64) {
-        const std::size_t left = std::min<std::size_t>(64, n - i);
-        const __mmask64 m = left == 64 ? ~__mmask64(0) : (__mmask64(1) << left) - 1;
-        __m512i r[4];
-        encode_tail<S, Saturate>(src + i, m, r);
-        _mm512_mask_storeu_epi8(out + i, m, pack_top_bytes(pick, r[0], r[1], r[2], r[3]));
+        Codes::store(out + i, pick, r, m);
     }
 }
 
@@ -527,12 +529,15 @@ const convert_kernels& avx512_kernels() {
         k.widen[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<widen_cbf16_kernel>;
         k.widen[static_cast<int>(Dtype::float8_e5m2)] = widen_e5m2;
         if (__builtin_cpu_supports("avx512vbmi")) {
-            k.narrow[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<narrow_cbf16_kernel<false>>;
-            k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<narrow_cbf16_kernel<true>>;
-            k.narrow[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_fp8_kernel<float8_e4m3, false>>;
-            k.narrow[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_fp8_kernel<float8_e5m2, false>>;
-            k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_fp8_kernel<float8_e4m3, true>>;
-            k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_fp8_kernel<float8_e5m2, true>>;
+            using cbf16 = cbfloat16::spec;
+            using e4m3 = float8_e4m3::spec;
+            using e5m2 = float8_e5m2::spec;
+            k.narrow[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<narrow_codes_kernel<cbf16, cbf16_codes, false>>;
+            k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<narrow_codes_kernel<cbf16, cbf16_codes, true>>;
+            k.narrow[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, false>>;
+            k.narrow[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, false>>;
+            k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, true>>;
+            k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, true>>;
             k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3_kernel;
         } else {
             k.narrow[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, false>;

@@ -76,6 +76,14 @@ const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     return scratch.data();
 }
 
+/// Where the float32 product of `count` elements of out, from `offset` on, is written: out's own storage
+/// when it is float32, else `scratch` (finish_rows rounds it into out).
+float* float32_product(Tensor& out, std::size_t offset, std::size_t count, std::vector<float>& scratch) {
+    if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + offset;
+    scratch.resize(count);
+    return scratch.data();
+}
+
 /// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): the bias added to each
 /// row, if any, and the rows rounded into out unless it is float32 (then c is out's storage already).
 void finish_rows(float* c, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1) {
@@ -98,7 +106,7 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
         widen(static_cast<const std::byte*>(a.raw()) + r0 * s.k * width, a.dtype(), wa.data(), wa.size());
         pa = wa.data();
     }
-    float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) + r0 * s.n : (wc.resize(rows * s.n), wc.data());
+    float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
     detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
     finish_rows(c, bias, out, s.n, r0, r1);
 }
@@ -151,7 +159,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
         split(rows, 16, [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, add, out, r0, r1); });
         return out;
     }
-    float* c = out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) : (wc.resize(out.size()), wc.data());
+    float* c = float32_product(out, 0, out.size(), wc);
     if (s.k == 0) {
         std::fill(c, c + out.size(), 0.0f);
     } else {

@@ -287,6 +287,28 @@ void check_format_under_mxcsr(const std::string& path) {
     }
 }
 
+/// Runs check(path, format_tag<F>{}) for every format F below float32, on every SIMD path this CPU has
+/// (the best path is set again afterwards).
+template <class F>
+struct format_tag {
+    using type = F;
+};
+template <class Check>
+void on_every_path_and_format(Check check) {
+    restore_best_path restore;
+    for (SimdPath p : available_simd_paths()) {
+        set_simd_path(p);
+        BOOST_TEST((simd_path() == p));
+        const std::string path(name_of(p));
+        BOOST_TEST_MESSAGE("checking SIMD path " << path);
+        check(path, format_tag<float16>{});
+        check(path, format_tag<bfloat16>{});
+        check(path, format_tag<cbfloat16>{});
+        check(path, format_tag<float8_e4m3>{});
+        check(path, format_tag<float8_e5m2>{});
+    }
+}
+
 } // namespace
 
 // Proves every SIMD path's narrow/widen equals scalar encode/decode bit for bit, for every dtype, both
@@ -295,47 +317,25 @@ BOOST_AUTO_TEST_CASE(every_path_matches_scalar) {
     restore_best_path restore;
     for (SimdPath p : available_simd_paths()) {
         set_simd_path(p);
-        BOOST_TEST((simd_path() == p));
-        const std::string path(name_of(p));
-        BOOST_TEST_MESSAGE("checking SIMD path " << path);
-        check_float32_copy(path);
-        check_format_on_path<float16>(path);
-        check_format_on_path<bfloat16>(path);
-        check_format_on_path<cbfloat16>(path);
-        check_format_on_path<float8_e4m3>(path);
-        check_format_on_path<float8_e5m2>(path);
+        check_float32_copy(std::string(name_of(p)));
     }
+    on_every_path_and_format(
+        [](const std::string& path, auto f) { check_format_on_path<typename decltype(f)::type>(path); });
 }
 
 // Proves narrow equals scalar encode on every path when one edge value (power of two, neighbour of a
 // format's extremes, infinity, NaN, ...) sits among ordinary floats, wherever in the array it falls.
 BOOST_AUTO_TEST_CASE(every_path_handles_edge_values_among_ordinary_ones) {
-    restore_best_path restore;
-    for (SimdPath p : available_simd_paths()) {
-        set_simd_path(p);
-        const std::string path(name_of(p));
-        check_edges_among_ordinary<float16>(path);
-        check_edges_among_ordinary<bfloat16>(path);
-        check_edges_among_ordinary<cbfloat16>(path);
-        check_edges_among_ordinary<float8_e4m3>(path);
-        check_edges_among_ordinary<float8_e5m2>(path);
-    }
+    on_every_path_and_format(
+        [](const std::string& path, auto f) { check_edges_among_ordinary<typename decltype(f)::type>(path); });
 }
 
 // Proves the results do not depend on MXCSR: with flush-to-zero, denormals-are-zero and round toward
 // zero set (-ffast-math sets the first two process-wide), every path's narrow and widen of every dtype
 // still equal scalar encode/decode bit for bit, and MXCSR is as the caller left it.
 BOOST_AUTO_TEST_CASE(every_path_ignores_ftz_daz_and_rounding_mode) {
-    restore_best_path restore;
-    for (SimdPath p : available_simd_paths()) {
-        set_simd_path(p);
-        const std::string path(name_of(p));
-        check_format_under_mxcsr<float16>(path);
-        check_format_under_mxcsr<bfloat16>(path);
-        check_format_under_mxcsr<cbfloat16>(path);
-        check_format_under_mxcsr<float8_e4m3>(path);
-        check_format_under_mxcsr<float8_e5m2>(path);
-    }
+    on_every_path_and_format(
+        [](const std::string& path, auto f) { check_format_under_mxcsr<typename decltype(f)::type>(path); });
 }
 
 // The CPU's own conversions. Only these functions are compiled for the extra instruction sets, and the
