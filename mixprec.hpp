@@ -4,6 +4,7 @@
 #include <mixprec/version.hpp>
 
 #include "autodiff/convert.hpp"
+#include "autodiff/isa.hpp"
 #include "autodiff/dtype.hpp"
 #include "autodiff/errors.hpp"
 #include "autodiff/format.hpp"

@@ -1,6 +1,7 @@
 #include "unscale.hpp"
 
 #include "../autodiff/convert.hpp"
+#include "../autodiff/isa_kernels.hpp"
 
 #include <cfloat>
 #include <cstdint>
@@ -34,16 +35,13 @@ void store(float* dst, const float* src, std::size_t n) {
     std::memcpy(dst, src, n * sizeof(float));
 }
 
-using floats16 = float __attribute__((vector_size(64)));  // lowered to what each clone's ISA has
+using floats16 = float __attribute__((vector_size(64)));  // lowered to what each vector width has
 using ints16 = std::int32_t __attribute__((vector_size(64)));
 
-/// Scales p[0..n) in place by `inv`; returns (all finite, Σ p²). GCC clones it for AVX-512, AVX2 and
-/// the baseline and picks one when the library loads; the 16-lane vector type becomes one, two or
-/// four registers accordingly.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-[[gnu::target_clones("avx512f", "avx2", "default")]]
-#endif
-UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
+/// Scales p[0..n) in place by `inv`; returns (all finite, Σ p²). Run at the vector width of the
+/// instruction-set level (scale_chunk below): the 16-lane vector type becomes one, two or four
+/// registers, and every width sums the same lanes in the same order, so all give the same bits.
+[[gnu::always_inline]] inline UnscaleResult scale_lanes(float* p, std::size_t n, float inv) {
     const floats16 vinv = floats16{} + inv, vmax = floats16{} + FLT_MAX;
     floats16 squares{};
     ints16 bad{};
@@ -69,6 +67,10 @@ UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
         r.finite = r.finite && std::fabs(v) <= FLT_MAX;
     }
     return r;
+}
+
+UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
+    return autodiff::detail::vectorized([&] { return scale_lanes(p, n, inv); });
 }
 
 #if defined(__x86_64__)
@@ -155,11 +157,6 @@ template <autodiff::Dtype D>
 #pragma GCC diagnostic pop
 #endif
 
-bool has_avx512_unscale() {
-    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512dq");
-    return yes;
-}
 #endif
 
 } // namespace
@@ -171,7 +168,7 @@ UnscaleResult unscale(const autodiff::Tensor& grad, float inverse_scale, std::sp
 #if defined(__x86_64__)
     const autodiff::Dtype d = grad.dtype();
     if ((d == autodiff::Dtype::float32 || d == autodiff::Dtype::float16 || d == autodiff::Dtype::bfloat16) &&
-        has_avx512_unscale() && autodiff::simd_path() == autodiff::SimdPath::avx512)
+        autodiff::isa() >= autodiff::Isa::avx512)
         return d == autodiff::Dtype::float32   ? unscale_avx512<autodiff::Dtype::float32>(grad.raw(), inverse_scale, out.data(), grad.size())
                : d == autodiff::Dtype::float16 ? unscale_avx512<autodiff::Dtype::float16>(grad.raw(), inverse_scale, out.data(), grad.size())
                                                : unscale_avx512<autodiff::Dtype::bfloat16>(grad.raw(), inverse_scale, out.data(), grad.size());

@@ -1,17 +1,18 @@
 #pragma once
 /// Bulk conversion between float32 and the narrow formats: the hot kernel of mixed precision.
 ///
-/// Every path gives the same bits as the scalar `encode`/`decode` of format.hpp. The path is picked at
-/// run time from what the CPU has:
-///   avx512   AVX-512 F/BW/VL (+ AVX512-BF16's vcvtneps2bf16 when present) and vcvtps2ph/vcvtph2ps
-///   avx2     AVX2 + F16C
-///   portable plain C++ (what the compiler makes of it for the baseline target)
+/// Every instruction-set level (isa.hpp) gives the same bits as the scalar `encode`/`decode` of
+/// format.hpp; the level in use picks the kernels:
+///   avx512_bf16  the avx512 kernels, bfloat16 narrowed by vcvtneps2bf16, and cbfloat16 and FP8 narrowed
+///                (and float8_e4m3 widened) with AVX512-VBMI byte permutes where the CPU has them
+///   avx512       AVX-512 F/BW/VL/DQ, and vcvtps2ph/vcvtph2ps for float16
+///   avx2         vcvtps2ph/vcvtph2ps (F16C) for float16, plain C++ for the others
+///   portable     plain C++ (what the compiler makes of it for the x86-64 baseline)
 
 #include "dtype.hpp"
+#include "isa.hpp"
 
 #include <cstddef>
-#include <string_view>
-#include <vector>
 
 namespace mixprec::autodiff {
 
@@ -26,22 +27,5 @@ void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overf
 
 /// dst[i] = src[i] widened exactly to float32. `src` holds n elements of `from`.
 void widen(const void* src, Dtype from, float* dst, std::size_t n);
-
-/// Instruction-set paths for the kernels above.
-enum class SimdPath : unsigned char { portable, avx2, avx512 };
-
-std::string_view name_of(SimdPath path);
-
-/// The paths this CPU can run, portable first.
-std::vector<SimdPath> available_simd_paths();
-
-/// The path in use: the best available unless set_simd_path chose another.
-SimdPath simd_path();
-
-/// Forces a path (for tests and benchmarks); throws std::invalid_argument if the CPU lacks it.
-void set_simd_path(SimdPath path);
-
-/// True when the avx512 path converts to bfloat16 with vcvtneps2bf16 (the CPU has AVX512-BF16).
-bool has_avx512_bf16();
 
 } // namespace mixprec::autodiff

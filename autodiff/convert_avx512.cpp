@@ -1,7 +1,8 @@
 // AVX-512 conversion kernels. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mf16c; run only
-// when the CPU has them. The bfloat16 narrowing uses AVX512-BF16, and the cbfloat16 and FP8 narrowings and
-// the float8_e4m3 widening use AVX512-VBMI; each is installed only when present.
+// at the avx512 level and above (isa.hpp). At avx512_bf16 the bfloat16 narrowing uses AVX512-BF16, and the
+// cbfloat16 and FP8 narrowings and the float8_e4m3 widening use AVX512-VBMI where the CPU has it.
 #include "convert_kernels.hpp"
+#include "isa.hpp"
 
 #include <immintrin.h>
 
@@ -528,7 +529,24 @@ const convert_kernels& avx512_kernels() {
         k.widen[static_cast<int>(Dtype::bfloat16)] = widen_bf16;
         k.widen[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<widen_cbf16_kernel>;
         k.widen[static_cast<int>(Dtype::float8_e5m2)] = widen_e5m2;
-        if (__builtin_cpu_supports("avx512vbmi")) {
+        k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3;
+        k.narrow[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, false>;
+        k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, true>;
+        k.narrow[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, false>;
+        k.narrow[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, false>;
+        k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, true>;
+        k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, true>;
+        return k;
+    }();
+    return table;
+}
+
+const convert_kernels& avx512_bf16_kernels() {
+    static const convert_kernels table = [] {
+        convert_kernels k = avx512_kernels();
+        // bf16_from finds float32 subnormals with vfpclassps, which sees zeros when DAZ is set.
+        k.narrow[static_cast<int>(Dtype::bfloat16)] = keep_subnormals<narrow_bf16>;
+        if (cpu_has_avx512_vbmi()) {
             using cbf16 = cbfloat16::spec;
             using e4m3 = float8_e4m3::spec;
             using e5m2 = float8_e5m2::spec;
@@ -539,18 +557,7 @@ const convert_kernels& avx512_kernels() {
             k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, true>>;
             k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, true>>;
             k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3_kernel;
-        } else {
-            k.narrow[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, false>;
-            k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = narrow_16<cbfloat16, true>;
-            k.narrow[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, false>;
-            k.narrow[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, false>;
-            k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = narrow_16<float8_e4m3, true>;
-            k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = narrow_16<float8_e5m2, true>;
-            k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3;
         }
-        // bf16_from finds float32 subnormals with vfpclassps, which sees zeros when DAZ is set.
-        if (__builtin_cpu_supports("avx512bf16"))
-            k.narrow[static_cast<int>(Dtype::bfloat16)] = keep_subnormals<narrow_bf16>;
         return k;
     }();
     return table;

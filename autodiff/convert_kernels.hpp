@@ -22,7 +22,8 @@ struct convert_kernels {
 
 const convert_kernels& portable_kernels();
 const convert_kernels& avx2_kernels();
-const convert_kernels& avx512_kernels();
+const convert_kernels& avx512_kernels();      ///< AVX-512 F/BW/VL/DQ only
+const convert_kernels& avx512_bf16_kernels(); ///< and AVX512-BF16, and AVX512-VBMI if the CPU has it
 
 namespace {
 

@@ -1,5 +1,6 @@
 #include "kernels_elementwise.hpp"
 
+#include "isa_kernels.hpp"
 #include "kernels_map.hpp"
 #include "vector_math.hpp"
 
@@ -19,13 +20,15 @@ Tensor binary(const Tensor& a, const Tensor& b, F f, const char* name) {
 float nan_max(float u, float v) { return std::isnan(u) || std::isnan(v) ? u + v : std::max(u, v); }
 float nan_min(float u, float v) { return std::isnan(u) || std::isnan(v) ? u + v : std::min(u, v); }
 
-/// tanh and sigmoid through the branch-free functions of vector_math.hpp, one vectorized clone per instruction set;
-/// all clones give the same bits (no FMA contraction in this file: autodiff/sources.cmake).
-MIXPREC_VECTOR_CLONES Tensor map_tanh(const Tensor& x) {
-    return detail::map(x, [](float v) { return autodiff::detail::tanh(v); });
+/// tanh and sigmoid through the branch-free functions of vector_math.hpp, at the vector width of the
+/// instruction-set level; every width gives the same bits (no FMA contraction in this file:
+/// autodiff/sources.cmake).
+Tensor map_tanh(const Tensor& x) {
+    return autodiff::detail::vectorized([&] { return detail::map(x, [](float v) { return autodiff::detail::tanh(v); }); });
 }
-MIXPREC_VECTOR_CLONES Tensor map_sigmoid(const Tensor& x) {
-    return detail::map(x, [](float v) { return autodiff::detail::sigmoid(v); });
+Tensor map_sigmoid(const Tensor& x) {
+    return autodiff::detail::vectorized(
+        [&] { return detail::map(x, [](float v) { return autodiff::detail::sigmoid(v); }); });
 }
 
 } // namespace

@@ -142,7 +142,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
 
     const bool bf16 = a.dtype() == Dtype::bfloat16;
     if (options.backend == MatmulBackend::onednn && !(bf16 && detail::onednn_bf16_available()))
-        throw std::invalid_argument("matmul: the onednn backend needs bfloat16 operands and a CPU with AVX512-BF16");
+        throw std::invalid_argument("matmul: the onednn backend needs bfloat16 operands and the avx512_bf16 instruction-set level or above");
     const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
                                      (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
 

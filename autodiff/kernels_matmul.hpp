@@ -9,12 +9,16 @@
 ///
 /// float32 goes straight to OpenBLAS sgemm. float16, cbfloat16 and FP8 operands are widened to float32
 /// with the conversion kernels, multiplied by sgemm, and the product is rounded once. bfloat16 goes to
-/// oneDNN's matmul when the CPU has AVX512-BF16, else the sgemm route. oneDNN multiplies with vdpbf16ps
-/// (products of bfloat16 are exact in float32; sums in float32), adds the bias and rounds once to
-/// bfloat16 with vcvtneps2bf16, to nearest even. Both instructions flush float32 subnormals to zero, the
-/// first in its products and sums, the second in its input, so on this route a result smaller than
-/// 2^-126 in magnitude comes out as zero, as on the hardware; the sgemm route keeps it. Otherwise the
-/// two routes give the same product up to float32 summation order.
+/// oneDNN's matmul at the avx512_bf16 instruction-set level and above (isa.hpp), else the sgemm route.
+/// oneDNN multiplies with vdpbf16ps (or AMX's tdpbf16ps where the CPU has AMX and MIXPREC_ISA does not cap
+/// it; products of bfloat16 are exact in float32, sums in float32), adds the bias and rounds once to
+/// bfloat16 with vcvtneps2bf16, to nearest even. These instructions flush float32 subnormals to zero, in
+/// products and sums and in the rounding's input, so on this route a result smaller than 2^-126 in
+/// magnitude comes out as zero, as on the hardware; the sgemm route keeps it. Otherwise the two routes
+/// give the same product up to float32 summation order, which also differs between CPUs and thread
+/// counts (OpenBLAS and oneDNN pick their kernels and splits by both): each element c of a product of
+/// length k lies within γ_k Σ|a_i b_i| of the exact sum before its one rounding (γ_k = k u / (1 − k u),
+/// u = 2^-24).
 
 #include "tensor.hpp"
 
@@ -22,7 +26,7 @@ namespace mixprec::autodiff {
 
 /// Which library multiplies bfloat16 operands (other dtypes always use sgemm).
 enum class MatmulBackend : unsigned char {
-    automatic, ///< oneDNN where the CPU has AVX512-BF16, else sgemm
+    automatic, ///< oneDNN at the avx512_bf16 level and above, else sgemm
     sgemm,     ///< widen to float32, OpenBLAS sgemm
     onednn,    ///< oneDNN bf16 matmul (invalid_argument for other dtypes)
 };

@@ -14,7 +14,7 @@ struct gemm_shape {
 
 void sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
 
-/// False when oneDNN cannot run a bf16 matmul on this CPU.
+/// True at the avx512_bf16 level and above, where bfloat16 products and convolutions go to oneDNN.
 bool onednn_bf16_available();
 /// a and b hold bfloat16. c receives float32, or with `bf16_out` the product rounded to bfloat16 by
 /// oneDNN (vcvtneps2bf16). `bias`, if not null, holds n bfloat16 values added to every row in float32
@@ -23,5 +23,8 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void*
                         const void* bias = nullptr);
 
 void onednn_set_threads(int threads);
+
+/// The highest instruction set oneDNN dispatches to (a dnnl_cpu_isa_t), after capping it (isa.hpp).
+unsigned onednn_effective_isa();
 
 } // namespace mixprec::autodiff::detail

@@ -1,10 +1,11 @@
-#include "convert.hpp"
+#include "isa_kernels.hpp"
 #include "matmul_kernels.hpp"
 #include "onednn_kernels.hpp"
 
 #include <omp.h>
 
 #include <map>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -36,8 +37,30 @@ matmul_plan make_plan(const gemm_shape& s, bool bf16_out, bool with_bias) {
 
 } // namespace
 
+/// oneDNN's own cap for a level MIXPREC_ISA named (oneDNN has no level below sse41).
+dnnl::cpu_isa onednn_isa(Isa level) {
+    switch (level) {
+    case Isa::portable: return dnnl::cpu_isa::sse41;
+    case Isa::avx2: return dnnl::cpu_isa::avx2;
+    case Isa::avx512: return dnnl::cpu_isa::avx512_core;
+    case Isa::avx512_bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    }
+    return dnnl::cpu_isa::all;
+}
+
 dnnl::engine& onednn_engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    static dnnl::engine e = [] {
+        // Before oneDNN's first primitive: it can be capped only once, before it dispatches anything.
+        if (const auto level = requested_isa()) {
+            try {
+                dnnl::set_max_cpu_isa(onednn_isa(*level));
+            } catch (const dnnl::error& error) {
+                throw isa_error("MIXPREC_ISA=" + std::string(name_of(*level)) +
+                                ": oneDNN was in use already and could not be capped (" + error.what() + ")");
+            }
+        }
+        return dnnl::engine(dnnl::engine::kind::cpu, 0);
+    }();
     return e;
 }
 
@@ -46,10 +69,7 @@ dnnl::stream& onednn_stream() {
     return s;
 }
 
-bool onednn_bf16_available() {
-    static const bool available = has_avx512_bf16();
-    return available;
-}
+bool onednn_bf16_available() { return isa() >= Isa::avx512_bf16; }
 
 void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void* c, bool bf16_out, const void* bias) {
     using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, bool, bool>;
@@ -69,5 +89,10 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void*
 }
 
 void onednn_set_threads(int threads) { omp_set_num_threads(threads); }
+
+unsigned onednn_effective_isa() {
+    onednn_engine(); // caps oneDNN if MIXPREC_ISA named a level
+    return static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+}
 
 } // namespace mixprec::autodiff::detail

@@ -1,6 +1,7 @@
 #include "ops_elementwise.hpp"
 
 #include "kernels_elementwise.hpp"
+#include "isa_kernels.hpp"
 #include "kernels_map.hpp"
 #include "tape.hpp"
 #include "vector_math.hpp"
@@ -39,11 +40,13 @@ float gelu_derivative(float u) {
     return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * u * u);
 }
 
-/// GELU forward and backward loops, one vectorized clone per instruction set; all clones give the same
-/// bits (no FMA contraction in this file: autodiff/sources.cmake).
-MIXPREC_VECTOR_CLONES Tensor gelu_forward(const Tensor& x) { return map(x, [](float u) { return gelu_value(u); }); }
-MIXPREC_VECTOR_CLONES Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
-    return zip(dy, x, x.dtype(), [](float g, float u) { return g * gelu_derivative(u); });
+/// GELU forward and backward loops at the vector width of the instruction-set level; every width gives
+/// the same bits (no FMA contraction in this file: autodiff/sources.cmake).
+Tensor gelu_forward(const Tensor& x) {
+    return detail::vectorized([&] { return map(x, [](float u) { return gelu_value(u); }); });
+}
+Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
+    return detail::vectorized([&] { return zip(dy, x, x.dtype(), [](float g, float u) { return g * gelu_derivative(u); }); });
 }
 
 } // namespace

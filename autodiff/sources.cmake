@@ -1,6 +1,7 @@
 # Sources of mixprec::autodiff. Conversion kernels for each x86 instruction set are compiled in their
 # own translation unit with that set's flags and picked at run time (convert.cpp).
 target_sources(mixprec PRIVATE
+  autodiff/isa.cpp
   autodiff/dtype.cpp
   autodiff/convert.cpp
   autodiff/shape.cpp
@@ -37,7 +38,7 @@ set_property(SOURCE autodiff/convert.cpp autodiff/convert_avx2.cpp autodiff/conv
   APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 # The elementwise ops and kernels, and softmax: without trapping math the selects of their loops (relu's, abs's and
 # leaky_relu's gradients, the branch-free exp/tanh/sigmoid of vector_math.hpp) become vector blends.
-# Their sigmoid and GELU loops are also cloned for AVX-512 and AVX2 (target_clones); contraction into
-# FMA stays off so that every clone rounds as the baseline code does and gives the same bits.
+# Their tanh, sigmoid and GELU loops are also compiled for AVX-512 and AVX2 (isa_kernels.hpp); contraction
+# into FMA stays off so that every vector width rounds as the baseline code does and gives the same bits.
 set_property(SOURCE autodiff/ops_elementwise.cpp autodiff/kernels_elementwise.cpp autodiff/ops_softmax.cpp
   APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math -ffp-contract=off)

@@ -5,22 +5,11 @@
 // limits. Accuracy, checked against double precision over all 2^32 float32 inputs: exp within 0.78 ulp,
 // tanh within 1.02 ulp, sigmoid within 1.17 ulp. A TU that calls them should be compiled
 // with -fno-trapping-math (so the selects become blends) and -ffp-contract=off (so that every
-// instruction set rounds alike); see autodiff/sources.cmake. Include only from .cpp files.
+// vector width of isa_kernels.hpp rounds alike); see autodiff/sources.cmake. Include only from .cpp files.
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
-
-/// Put on a function whose elementwise loops (the map/zip helpers of kernels_map.hpp over the functions
-/// below) should run as wide as the CPU allows: GCC compiles one clone per instruction set (AVX-512,
-/// AVX2, the x86-64 baseline) and picks one when the library loads, and `flatten` inlines the helpers
-/// and their lambdas into each clone, so that its loops use that clone's vectors. Not under
-/// AddressSanitizer, as in amp/unscale.cpp, nor with clang, which does not combine the two attributes.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define MIXPREC_VECTOR_CLONES [[gnu::target_clones("avx512f", "avx2", "default"), gnu::flatten]]
-#else
-#define MIXPREC_VECTOR_CLONES [[gnu::flatten]]
-#endif
 
 namespace mixprec::autodiff::detail {
 

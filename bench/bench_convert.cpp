@@ -86,11 +86,11 @@ SizeData& data_for(std::size_t n) {
     return *slot;
 }
 
-/// Sets a conversion path for the lifetime of a benchmark function, restoring the previous one.
+/// Sets an instruction-set level for the lifetime of a benchmark function, restoring the previous one.
 struct PathGuard {
-    SimdPath saved = simd_path();
-    explicit PathGuard(SimdPath p) { set_simd_path(p); }
-    ~PathGuard() { set_simd_path(saved); }
+    Isa saved = isa();
+    explicit PathGuard(Isa p) { set_isa(p); }
+    ~PathGuard() { set_isa(saved); }
 };
 
 void bm_copy(benchmark::State& state, std::size_t n) {
@@ -106,7 +106,7 @@ void bm_copy(benchmark::State& state, std::size_t n) {
     state.SetLabel("memcpy");
 }
 
-void bm_narrow(benchmark::State& state, Dtype to, SimdPath path, std::size_t n) {
+void bm_narrow(benchmark::State& state, Dtype to, Isa path, std::size_t n) {
     auto& d = data_for(n);
     PathGuard guard(path);
     const auto* src = static_cast<const float*>(d.src.get());
@@ -120,7 +120,7 @@ void bm_narrow(benchmark::State& state, Dtype to, SimdPath path, std::size_t n) 
     state.SetLabel(std::string(name_of(path)));
 }
 
-void bm_widen(benchmark::State& state, Dtype from, SimdPath path, std::size_t n) {
+void bm_widen(benchmark::State& state, Dtype from, Isa path, std::size_t n) {
     auto& d = data_for(n);
     PathGuard guard(path);
     const void* src = d.narrowed.at(from).get();
@@ -146,9 +146,9 @@ void add(const std::string& name, std::size_t n, F fn, Args... args) {
 } // namespace
 
 int main(int argc, char** argv) {
-    const SimdPath best = simd_path();
-    benchmark::AddCustomContext("mixprec_simd_path", std::string(name_of(best)));
-    benchmark::AddCustomContext("mixprec_avx512_bf16", has_avx512_bf16() ? "yes" : "no");
+    const Isa best = isa();
+    benchmark::AddCustomContext("mixprec_isa", std::string(name_of(best)));
+    benchmark::AddCustomContext("mixprec_avx512_bf16", best >= Isa::avx512_bf16 ? "yes" : "no");
 
     for (std::size_t n : {large_elements, l2_elements}) {
         const std::string size = std::to_string(n);
@@ -158,9 +158,9 @@ int main(int argc, char** argv) {
             add("narrow/" + fmt + "/" + std::string(name_of(best)) + "/" + size, n, bm_narrow, d, best);
             add("widen/" + fmt + "/" + std::string(name_of(best)) + "/" + size, n, bm_widen, d, best);
         }
-        if (n == l2_elements && best != SimdPath::portable) // reference: the plain C++ kernels
+        if (n == l2_elements && best != Isa::portable) // reference: the plain C++ kernels
             for (Dtype d : {Dtype::float16, Dtype::bfloat16})
-                add("narrow/" + std::string(name_of(d)) + "/portable/" + size, n, bm_narrow, d, SimdPath::portable);
+                add("narrow/" + std::string(name_of(d)) + "/portable/" + size, n, bm_narrow, d, Isa::portable);
     }
 
     benchmark::Initialize(&argc, argv);

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
 
     for (const auto& [name, gemms] : {std::pair{"dense", dense_gemms}, std::pair{"conv2d", conv_gemms}}) {
         configure(benchmark::RegisterBenchmark((std::string("peer/") + name + "/sgemm").c_str(), bm_peer_sgemm, gemms));
-        if (has_avx512_bf16())
+        if ((isa() >= Isa::avx512_bf16))
             configure(benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
         for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
             configure(benchmark::RegisterBenchmark((std::string("layer/") + name + "/" + std::string(name_of(d))).c_str(),

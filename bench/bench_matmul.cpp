@@ -101,10 +101,10 @@ int main(int argc, char** argv) {
     if (threads < 1) threads = 1;
     set_blas_threads(threads);
     benchmark::AddCustomContext("mixprec_blas_threads", std::to_string(threads));
-    benchmark::AddCustomContext("mixprec_avx512_bf16", has_avx512_bf16() ? "yes" : "no");
+    benchmark::AddCustomContext("mixprec_avx512_bf16", (isa() >= Isa::avx512_bf16) ? "yes" : "no");
 
     std::vector<MatmulBackend> bf16_backends{MatmulBackend::automatic, MatmulBackend::sgemm};
-    if (has_avx512_bf16()) bf16_backends.push_back(MatmulBackend::onednn);
+    if ((isa() >= Isa::avx512_bf16)) bf16_backends.push_back(MatmulBackend::onednn);
 
     for (const auto& s : shapes) {
         const std::string shape = s.name();

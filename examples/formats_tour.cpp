@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", seed, "random seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    std::printf("mixprec %s, conversion path: %s\n\n", MIXPREC_VERSION_STRING, std::string(name_of(simd_path())).c_str());
+    std::printf("mixprec %s, instruction-set level: %s\n\n", MIXPREC_VERSION_STRING, std::string(name_of(isa())).c_str());
     std::printf("  %-12s %12s %12s %12s %10s   %s\n", "format", "max", "min normal", "min subnormal", "epsilon",
                 "specials");
     print_limits<float16>("float16");

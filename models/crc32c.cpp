@@ -1,5 +1,7 @@
 #include "crc32c.hpp"
 
+#include "../autodiff/isa.hpp"
+
 #include <array>
 #include <cstring>
 #include <stdexcept>
@@ -88,7 +90,9 @@ std::uint32_t crc32c_hardware(std::span<const std::uint8_t> bytes, std::uint32_t
 }
 
 std::uint32_t crc32c(std::span<const std::uint8_t> bytes, std::uint32_t crc) {
-    return crc32c_hardware_available() ? crc32c_hardware(bytes, crc) : crc32c_portable(bytes, crc);
+    // Every CPU of the avx2 level has SSE4.2; the portable level keeps to the x86-64 baseline.
+    const bool hardware = crc32c_hardware_available() && autodiff::isa() >= autodiff::Isa::avx2;
+    return hardware ? crc32c_hardware(bytes, crc) : crc32c_portable(bytes, crc);
 }
 
 } // namespace mixprec::models

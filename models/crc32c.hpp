@@ -1,7 +1,8 @@
 #pragma once
 /// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of checkpoint files. The check
-/// value of "123456789" is 0xE3069283. crc32c() uses the SSE4.2 crc32 instruction when the CPU has it
-/// (chosen at run time) and a portable slicing-by-8 table otherwise; both give the same results.
+/// value of "123456789" is 0xE3069283. crc32c() uses the SSE4.2 crc32 instruction at the avx2
+/// instruction-set level and above (autodiff/isa.hpp) and a portable slicing-by-8 table otherwise; both
+/// give the same results.
 
 #include <cstdint>
 #include <span>

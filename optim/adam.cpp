@@ -1,5 +1,7 @@
 #include "adam.hpp"
 
+#include "../autodiff/isa_kernels.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -36,13 +38,13 @@ std::vector<std::string> Adam::slot_names() const {
 namespace {
 
 /// The Adam update of n elements: w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
-/// (amsgrad) v replaced by the running maximum. One pass, no aliasing, vectorized for the widest unit the
-/// CPU has; every path rounds each operation as the scalar code does (no FMA contraction: see
-/// optim/sources.cmake), so all give the same bits.
-[[gnu::target_clones("avx512f", "avx2", "default")]]
-void adam_kernel(std::size_t n, float* __restrict w, float* __restrict m, float* __restrict v,
-                 float* __restrict v_max, const float* __restrict g, float b1, float b2, float eps, float step_size,
-                 float bc2_sqrt, float decay) {
+/// (amsgrad) v replaced by the running maximum. One pass, no aliasing, run at the vector width of the
+/// instruction-set level (autodiff/isa_kernels.hpp); every width rounds each operation as the scalar code
+/// does (no FMA contraction: see optim/sources.cmake), so all give the same bits.
+[[gnu::always_inline]] inline void adam_loop(std::size_t n, float* __restrict w, float* __restrict m,
+                                             float* __restrict v, float* __restrict v_max, const float* __restrict g,
+                                             float b1, float b2, float eps, float step_size, float bc2_sqrt,
+                                             float decay) {
     if (v_max) {
         for (std::size_t i = 0; i < n; ++i) {
             m[i] = b1 * m[i] + (1 - b1) * g[i];
@@ -66,9 +68,13 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
     const float step_size = float(double(lr) / (1.0 - std::pow(double(options_.beta1), t)));
     const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(options_.beta2), t)));
     const float decay = 1.0f - lr * weight_decay_; // exactly 1 for Adam
-    adam_kernel(w.size(), w.data(), slot(0, index).data(), slot(1, index).data(),
-                options_.amsgrad ? slot(2, index).data() : nullptr, g.data(), options_.beta1, options_.beta2,
-                options_.epsilon, step_size, bc2_sqrt, decay);
+    float* const m = slot(0, index).data();
+    float* const v = slot(1, index).data();
+    float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
+    autodiff::detail::vectorized([&] {
+        adam_loop(w.size(), w.data(), m, v, v_max, g.data(), options_.beta1, options_.beta2, options_.epsilon, step_size,
+                  bc2_sqrt, decay);
+    });
 }
 
 AdamW::AdamW(Options o)

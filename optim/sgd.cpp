@@ -1,5 +1,7 @@
 #include "sgd.hpp"
 
+#include "../autodiff/isa_kernels.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -32,10 +34,10 @@ namespace {
 
 /// One SGD step over n elements (see sgd.hpp for the rule): g' = g + wd·w; b = g' on the first step, else
 /// μ·b + g'; w -= lr · (nesterov ? g' + μ·b : b); without momentum (b == nullptr) w -= lr · g'. Vectorized
-/// like the Adam kernel, with the same rounding on every path.
-[[gnu::target_clones("avx512f", "avx2", "default")]]
-void sgd_kernel(std::size_t n, float* __restrict w, float* __restrict b, const float* __restrict grad, float lr,
-                float mu, float wd, bool first, bool nesterov) {
+/// like the Adam loop, with the same rounding at every width.
+[[gnu::always_inline]] inline void sgd_loop(std::size_t n, float* __restrict w, float* __restrict b,
+                                            const float* __restrict grad, float lr, float mu, float wd, bool first,
+                                            bool nesterov) {
     if (!b) {
         for (std::size_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
         return;
@@ -51,8 +53,10 @@ void sgd_kernel(std::size_t n, float* __restrict w, float* __restrict b, const f
 
 void SGD::update(std::size_t index, std::span<float> w, std::span<const float> grad, float lr, std::int64_t step) {
     const float mu = options_.momentum;
-    sgd_kernel(w.size(), w.data(), mu == 0 ? nullptr : slot(0, index).data(), grad.data(), lr, mu,
-               options_.weight_decay, step == 1, options_.nesterov);
+    float* const b = mu == 0 ? nullptr : slot(0, index).data();
+    autodiff::detail::vectorized([&] {
+        sgd_loop(w.size(), w.data(), b, grad.data(), lr, mu, options_.weight_decay, step == 1, options_.nesterov);
+    });
 }
 
 SGD::SGD() : SGD(Options{}) {}

@@ -42,7 +42,7 @@ struct mismatches {
 
 /// Puts the best path back when a test ends, pass or fail.
 struct restore_best_path {
-    ~restore_best_path() { set_simd_path(available_simd_paths().back()); }
+    ~restore_best_path() { set_isa(max_isa()); }
 };
 
 const char* overflow_name(Overflow o) { return o == Overflow::saturate ? " [saturate]" : " [infinity]"; }
@@ -287,7 +287,7 @@ void check_format_under_mxcsr(const std::string& path) {
     }
 }
 
-/// Runs check(path, format_tag<F>{}) for every format F below float32, on every SIMD path this CPU has
+/// Runs check(path, format_tag<F>{}) for every format F below float32, at every instruction-set level available
 /// (the best path is set again afterwards).
 template <class F>
 struct format_tag {
@@ -296,11 +296,11 @@ struct format_tag {
 template <class Check>
 void on_every_path_and_format(Check check) {
     restore_best_path restore;
-    for (SimdPath p : available_simd_paths()) {
-        set_simd_path(p);
-        BOOST_TEST((simd_path() == p));
+    for (Isa p : available_isas()) {
+        set_isa(p);
+        BOOST_TEST((isa() == p));
         const std::string path(name_of(p));
-        BOOST_TEST_MESSAGE("checking SIMD path " << path);
+        BOOST_TEST_MESSAGE("checking instruction-set level " << path);
         check(path, format_tag<float16>{});
         check(path, format_tag<bfloat16>{});
         check(path, format_tag<cbfloat16>{});
@@ -311,12 +311,12 @@ void on_every_path_and_format(Check check) {
 
 } // namespace
 
-// Proves every SIMD path's narrow/widen equals scalar encode/decode bit for bit, for every dtype, both
+// Proves every level's narrow/widen equals scalar encode/decode bit for bit, for every dtype, both
 // overflow modes, all patterns, all boundary inputs, 1M random floats, and every tail/offset shape.
 BOOST_AUTO_TEST_CASE(every_path_matches_scalar) {
     restore_best_path restore;
-    for (SimdPath p : available_simd_paths()) {
-        set_simd_path(p);
+    for (Isa p : available_isas()) {
+        set_isa(p);
         check_float32_copy(std::string(name_of(p)));
     }
     on_every_path_and_format(
@@ -426,38 +426,11 @@ BOOST_AUTO_TEST_CASE(bfloat16_matches_vcvtneps2bf16_except_subnormals) {
     BOOST_TEST(subnormals > 1'000'000);
 }
 
-// Proves set_simd_path accepts exactly the listed paths and rejects the others with std::invalid_argument.
-BOOST_AUTO_TEST_CASE(set_simd_path_accepts_only_available_paths) {
-    restore_best_path restore;
-    const auto paths = available_simd_paths();
-    BOOST_REQUIRE(!paths.empty());
-    BOOST_TEST((paths.front() == SimdPath::portable));
-    BOOST_TEST((simd_path() == paths.back())); // the default is the best path
-    bool any_missing = false;
-    for (SimdPath p : {SimdPath::portable, SimdPath::avx2, SimdPath::avx512}) {
-        const bool listed = std::find(paths.begin(), paths.end(), p) != paths.end();
-        if (listed) {
-            BOOST_CHECK_NO_THROW(set_simd_path(p));
-            BOOST_TEST((simd_path() == p), name_of(p));
-        } else {
-            any_missing = true;
-            const SimdPath before = simd_path();
-            BOOST_CHECK_THROW(set_simd_path(p), std::invalid_argument);
-            BOOST_TEST((simd_path() == before), "a rejected path must not change the active one");
-        }
-    }
-    if (!any_missing)
-        BOOST_TEST_MESSAGE("every SimdPath is available on this CPU: rejecting a real missing one is not testable");
-    BOOST_CHECK_THROW(set_simd_path(static_cast<SimdPath>(7)), std::invalid_argument); // not a path at all
-    const bool avx512_listed = paths.back() == SimdPath::avx512;
-    BOOST_TEST(has_avx512_bf16() == (avx512_listed && __builtin_cpu_supports("avx512bf16")));
-}
-
 // Proves n == 0 with null (or real) pointers does nothing, and n > 0 with a null pointer throws.
 BOOST_AUTO_TEST_CASE(null_pointers_and_empty_ranges) {
     restore_best_path restore;
-    for (SimdPath p : available_simd_paths()) {
-        set_simd_path(p);
+    for (Isa p : available_isas()) {
+        set_isa(p);
         for (int i = 0; i < dtype_count; ++i) {
             const Dtype d = static_cast<Dtype>(i);
             for (Overflow o : {Overflow::infinity, Overflow::saturate}) {

@@ -223,12 +223,12 @@ BOOST_AUTO_TEST_CASE(telemetry_and_errors) {
                       std::invalid_argument);
 }
 
-// The same pass on every SIMD path, past the size where results are streamed to memory, into an output
+// The same pass at every instruction-set level, past the size where results are streamed to memory, into an output
 // that starts off a 64-byte boundary: the same values and norm everywhere, and a result that overflows
 // to infinity (a finite gradient times a large 1/S) or an inf in the gradient is caught in the unaligned
 // head, the streamed middle and the tail.
 BOOST_AUTO_TEST_CASE(fused_unscale_pass_on_every_path_and_size) {
-    const autodiff::SimdPath best = autodiff::simd_path();
+
     constexpr std::size_t n = (std::size_t{1} << 21) + 5;
     std::vector<float> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = float(int(i % 7) - 3) * 8.0f; // squares sum exactly in float
@@ -236,8 +236,8 @@ BOOST_AUTO_TEST_CASE(fused_unscale_pass_on_every_path_and_size) {
         const Tensor g = vec(v, dtype);
         std::vector<float> storage(n + 1);
         const std::span<float> out(storage.data() + 1, n);
-        for (autodiff::SimdPath p : autodiff::available_simd_paths()) {
-            autodiff::set_simd_path(p);
+        for (autodiff::Isa p : autodiff::available_isas()) {
+            autodiff::set_isa(p);
             std::fill(storage.begin(), storage.end(), -1.0f);
             const auto r = amp::unscale(g, 1.0f / 8, out);
             BOOST_TEST_REQUIRE(r.finite);
@@ -255,8 +255,8 @@ BOOST_AUTO_TEST_CASE(fused_unscale_pass_on_every_path_and_size) {
                 BOOST_TEST_REQUIRE(!amp::unscale(vec(w, dtype), 1.0f / 8, out).finite);
             }
         }
-        autodiff::set_simd_path(best);
     }
+    autodiff::set_isa(autodiff::max_isa());
 }
 
 // The fused unscale pass: values, norm and the finite check at every position and length.

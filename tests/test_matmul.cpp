@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(random_products_match_float64) {
 
 // The two bfloat16 backends compute the same products (up to float32 summation order).
 BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
-    if (!has_avx512_bf16()) {
+    if (isa() < Isa::avx512_bf16) {
         BOOST_TEST_MESSAGE("no AVX512-BF16 on this CPU: the onednn backend is not available");
         BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}, Dtype::bfloat16), Tensor(Shape{2, 2}, Dtype::bfloat16),
                                  {.backend = MatmulBackend::onednn}),
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE(bias_is_added_before_the_one_rounding) {
 // The oneDNN route rounds as AVX512-BF16 does: a result below 2^-126 comes out as zero (vdpbf16ps
 // flushes it), where the sgemm route keeps the bfloat16 subnormal.
 BOOST_AUTO_TEST_CASE(onednn_route_flushes_float32_subnormal_results) {
-    if (!has_avx512_bf16()) return;
+    if (isa() < Isa::avx512_bf16) return;
     const Tensor a = one(0x1p-65f, Dtype::bfloat16), b = one(0x1p-65f, Dtype::bfloat16);
     BOOST_TEST(kernels::matmul(a, b, {.backend = MatmulBackend::sgemm}).flat(0) == 0x1p-130f);
     BOOST_TEST(kernels::matmul(a, b, {.backend = MatmulBackend::onednn}).flat(0) == 0.0f);
