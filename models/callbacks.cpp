@@ -4,6 +4,7 @@
 #include "sequential.hpp"
 
 #include "../amp/loss_scale_optimizer.hpp"
+#include "../autodiff/isa.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -220,13 +221,14 @@ void JsonLinesLogger::on_train_end(FitContext& context, bool) {
     summary_.samples_per_second = seconds > 0 ? double(examples_) / seconds : 0;
     summary_.peak_rss_mib = peak_rss_mib();
     summary_.weights_digest = weights_digest(context.model.variables());
+    summary_.isa = autodiff::name_of(autodiff::isa());
     if (!out_.is_open()) return;
     out_ << "{\"event\":\"end\",\"steps\":" << summary_.steps << ",\"skipped_steps\":" << summary_.skipped_steps
          << ",\"loss_scale\":" << json_number(summary_.loss_scale)
          << ",\"test_accuracy\":" << json_number(summary_.test_accuracy.value_or(NAN))
          << ",\"samples_per_second\":" << json_number(summary_.samples_per_second)
          << ",\"peak_rss_mib\":" << json_number(summary_.peak_rss_mib) << ",\"weights_digest\":\""
-         << summary_.weights_digest << "\"}\n"
+         << summary_.weights_digest << "\",\"isa\":\"" << summary_.isa << "\"}\n"
          << std::flush;
     if (!out_) throw std::runtime_error("writing the log file " + path_.string() + " failed");
 }

@@ -91,6 +91,7 @@ struct RunSummary {
     double samples_per_second = 0;    ///< training examples per second of training time, this process
     double peak_rss_mib = 0;          ///< this process's peak resident memory
     std::string weights_digest;       ///< weights_digest(model.variables())
+    std::string isa;                  ///< the instruction-set level in use (autodiff/isa.hpp)
 };
 
 /// One JSON object per line: per step {"step","epoch","loss","loss_scale","skipped","grad_norm",

@@ -44,6 +44,7 @@ expect 2 "applies to --optimizer sgd only"     -- --momentum 0.5
 expect 2 "is larger than --max-scale"          -- --min-scale 10 --max-scale 1
 expect 2 "--growth-interval: Value 0"          -- --loss-scale-preset keras --growth-interval 0
 expect 1 "apt-get install dataset-fashion-mnist" -- --data "$work" --max-steps 1 --quiet
+MIXPREC_ISA=avx1024 expect 2 'MIXPREC_ISA="avx1024" names no instruction-set level; use one of portable' -- --max-steps 1
 
 if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     head -c 4096 /dev/urandom >"$work/garbage.ckpt"

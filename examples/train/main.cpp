@@ -90,8 +90,8 @@ void print_summary(const models::RunSummary& s, bool completed) {
                 completed ? "Finished" : "Stopped", static_cast<long long>(s.steps),
                 s.test_accuracy ? (std::to_string(*s.test_accuracy * 100).substr(0, 5) + "%").c_str() : "not measured",
                 static_cast<long long>(s.skipped_steps), double(s.loss_scale));
-    std::printf("%.0f samples/s (training), peak RSS %.0f MiB, weights digest %s\n", s.samples_per_second,
-                s.peak_rss_mib, s.weights_digest.c_str());
+    std::printf("%.0f samples/s (training), peak RSS %.0f MiB, weights digest %s (%s kernels)\n",
+                s.samples_per_second, s.peak_rss_mib, s.weights_digest.c_str(), s.isa.c_str());
 }
 
 int run(const train::Options& o) {
@@ -156,6 +156,12 @@ int main(int argc, char** argv) {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     const auto parsed = train::parse_options(argc, argv);
     if (const int* code = std::get_if<int>(&parsed)) return *code;
+    try {
+        autodiff::isa(); // a bad MIXPREC_ISA is a usage error, reported before any work
+    } catch (const autodiff::isa_error& e) {
+        std::cerr << "mixprec-train: " << e.what() << '\n';
+        return 2;
+    }
     try {
         return run(std::get<train::Options>(parsed));
     } catch (const std::exception& e) {

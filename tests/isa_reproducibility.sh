@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# What the README promises about weights_digest across instruction-set levels, checked with mixprec-train on
+# Fashion-MNIST: at every level this CPU has (MIXPREC_ISA=portable, avx2, ...) and at native, a run with the
+# same flags and --threads ends with the same digest in float32, mixed_float16 and mixed_cbfloat16 (mlp with
+# an injected overflow; cnn and vit in mixed_float16). mixed_bfloat16 products run on sgemm below
+# avx512_bf16 and on oneDNN from there up, so its digest is the same among the levels below avx512_bf16.
+#
+#   tests/isa_reproducibility.sh TRAINER ISA_LEVELS WORKDIR
+# Exits 77 (skipped) when Fashion-MNIST is not installed, unless MIXPREC_REQUIRE_DATA is set.
+set -uo pipefail
+
+trainer="$1"
+levels_program="$2"
+work="$3"
+
+fail() {
+    echo "isa_reproducibility: FAILED: $*" >&2
+    exit 1
+}
+if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    [ -n "${MIXPREC_REQUIRE_DATA:-}" ] && fail "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+    echo "isa_reproducibility: Fashion-MNIST is not installed; skipped"
+    exit 77
+fi
+rm -rf "$work"
+mkdir -p "$work" || fail "cannot create $work"
+levels="$("$levels_program")" || fail "$levels_program failed"
+
+# digest LEVEL MODEL PRECISION STEPS: the weights_digest of a short run at that level ("native": unset).
+digest() {
+    local level="$1" model="$2" precision="$3" steps="$4" log="$work/$1-$2-$3.jsonl"
+    local env=(env -u MIXPREC_ISA)
+    [ "$level" != native ] && env=(env MIXPREC_ISA="$level")
+    "${env[@]}" "$trainer" --model "$model" --precision "$precision" --max-steps "$steps" --threads 2 --quiet \
+        --growth-interval 8 --inject-nonfinite 5 --log "$log" >"$work/out" 2>&1 ||
+        fail "MIXPREC_ISA=$level $model $precision: $(tail -n 3 "$work/out")"
+    tail -n 1 "$log" | sed -n 's/.*"weights_digest":"\([0-9a-f]*\)".*/\1/p'
+}
+
+# same RUN LEVELS...: the digest of RUN ("model precision steps") at each level; fails unless all agree.
+same() {
+    local run="$1" first="" level d
+    shift
+    for level in "$@"; do
+        # shellcheck disable=SC2086
+        d="$(digest "$level" $run)"
+        [ -n "$d" ] || fail "MIXPREC_ISA=$level $run: no digest in the log"
+        echo "  $run at $level: $d"
+        [ -z "$first" ] && first="$d"
+        [ "$d" = "$first" ] || fail "$run: digest $d at $level, $first at $1"
+    done
+}
+
+echo "levels: $levels (and native)"
+for run in "mlp float32 24" "mlp mixed_float16 24" "mlp mixed_cbfloat16 24" "cnn mixed_float16 8" "vit mixed_float16 8"; do
+    # shellcheck disable=SC2086
+    same "$run" $levels native
+done
+below=()
+for level in $levels; do [ "$level" != avx512_bf16 ] && below+=("$level"); done
+same "mlp mixed_bfloat16 24" "${below[@]}"
+echo "isa_reproducibility: the same weights at every level"
