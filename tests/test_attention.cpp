@@ -7,6 +7,7 @@
 #include "models/transformer.hpp"
 #include "models/zoo.hpp"
 
+#include "error_bounds.hpp"
 #include "op_checks.hpp"
 
 #include <cmath>
@@ -97,9 +98,11 @@ void check_layer(const std::string& name, const Factory& make, const Shape& exam
                                bf16_tol);
 }
 
-/// The attention formula of attention.hpp evaluated with loops in double, for one example (T, D).
+/// The attention formula of attention.hpp evaluated with loops in double, for one example (T, D); with
+/// `largest_score`, also the largest scaled score q·k/√K.
 std::vector<double> naive_attention(const std::vector<float>& x, std::size_t tokens, std::size_t width,
-                                    std::size_t heads, std::size_t key_dim, const std::vector<Tensor>& w) {
+                                    std::size_t heads, std::size_t key_dim, const std::vector<Tensor>& w,
+                                    double* largest_score = nullptr) {
     const std::vector<float> wqkv = w[0].to_floats(), bqkv = w[1].to_floats(), wo = w[2].to_floats(),
                              bo = w[3].to_floats();
     const std::size_t inner = heads * key_dim;
@@ -124,6 +127,7 @@ std::vector<double> naive_attention(const std::vector<float>& x, std::size_t tok
             for (std::size_t u = 0; u < tokens; ++u) {
                 double s = 0;
                 for (std::size_t c = 0; c < key_dim; ++c) s += q(t, h, c) * k(u, h, c);
+                if (largest_score) *largest_score = std::max(*largest_score, s / std::sqrt(double(key_dim)));
                 p[u] = std::exp(s / std::sqrt(double(key_dim)));
                 total += p[u];
             }
@@ -140,6 +144,23 @@ std::vector<double> naive_attention(const std::vector<float>& x, std::size_t tok
             y[t * width + j] = s;
         }
     return y;
+}
+
+/// Bound on the relative error of a float32 attention output when every input, weight and bias is
+/// positive, so that every intermediate is positive and relative errors add (γ_n is float32's, u = 2^-24;
+/// first order, plus a margin of 2^-30 for the second-order terms and the float64 reference):
+/// - q, k, v: sums of D products and a bias, γ_{D+1}; q two roundings more for its 1/√K;
+/// - a score: K products of those, γ_{2D+K+4}, so an absolute error Δ = γ_{2D+K+4}·s_max;
+/// - a softmax weight: scores enter only as differences (2Δ), after the row's maximum is subtracted
+///   (u·s_max) and exponentiated (2 ulp, 4u), doubled by the normalization, which adds γ_{T+1};
+/// - the weighted sum of values, γ_T on top of v's γ_{D+1}; the output projection, γ_{HK+1}.
+double attention_error(std::size_t tokens, std::size_t width, std::size_t heads, std::size_t key_dim,
+                       double largest_score) {
+    using error_bounds::gamma32;
+    constexpr double u = 0x1p-24;
+    const double delta = gamma32(2 * width + key_dim + 4) * largest_score;
+    const double weight = 2 * (2 * delta + u * largest_score + 4 * u) + gamma32(tokens + 1);
+    return gamma32(width + 1) + weight + gamma32(tokens) + gamma32(heads * key_dim + 1) + 0x1p-30;
 }
 
 /// A built float32 layer (the global policy is float32 in this program).
@@ -163,20 +184,26 @@ BOOST_AUTO_TEST_CASE(attention_matches_the_formula) {
         std::vector<Tensor> w;
         unsigned seed = 40;
         for (Variable v : layer.variables()) {
-            v.assign(random(v.shape(), 0.1f, 1.0f, ++seed)); // non-zero biases too
+            // Positive weights, non-zero biases too, and positive inputs: every intermediate is positive, so
+            // the error bound is a sum of relative errors (attention_error). The gradient checks and the
+            // transformer tests use both signs.
+            v.assign(op_checks::uniform(v.shape(), 0.1f, 1.0f, ++seed, true));
             w.push_back(v.value());
         }
         BOOST_TEST(w[0].shape() == (Shape{4, 3 * 2 * k}));
         BOOST_TEST(w[2].shape() == (Shape{2 * k, 4}));
-        const Tensor x = random(Shape{2, 3, 4}, 0.1f, 2.0f, 50);
+        const Tensor x = op_checks::uniform(Shape{2, 3, 4}, 0.1f, 2.0f, 50, true);
         const Tensor y = layer(x);
         BOOST_TEST(y.shape() == (Shape{2, 3, 4}));
         const std::vector<float> xs = x.to_floats(), ys = y.to_floats();
         for (std::size_t b = 0; b < 2; ++b) {
             const std::vector<float> example(xs.begin() + b * 12, xs.begin() + (b + 1) * 12);
-            const std::vector<double> expected = naive_attention(example, 3, 4, 2, k, w);
+            double largest_score = 0;
+            const std::vector<double> expected = naive_attention(example, 3, 4, 2, k, w, &largest_score);
+            const double bound = attention_error(3, 4, 2, k, largest_score);
             for (std::size_t i = 0; i < 12; ++i)
-                BOOST_TEST(ys[b * 12 + i] == expected[i], boost::test_tools::tolerance(1e-5));
+                BOOST_TEST(std::fabs(ys[b * 12 + i] - expected[i]) <= bound * expected[i],
+                           ys[b * 12 + i] << " vs " << expected[i] << ", relative bound " << bound);
         }
     }
 }

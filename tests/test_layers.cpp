@@ -13,6 +13,7 @@
 #include "models/sequential.hpp"
 #include "models/zoo.hpp"
 
+#include "error_bounds.hpp"
 #include "op_checks.hpp"
 
 #include <cmath>
@@ -110,11 +111,11 @@ void check_layer_gradients(const std::string& what, Layer& layer, const Tensor& 
 
 /// Cross-correlation as the layers define it, by direct loops: x (N, C, H, W), w (O, C, kh, kw),
 /// zeros `before` ahead of each spatial axis (and wherever the window runs past the end).
-std::vector<float> conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 before,
-                                  std::size_t ho, std::size_t wo) {
+std::vector<double> conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 before,
+                                   std::size_t ho, std::size_t wo) {
     const std::size_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wi = x.shape()[3];
     const std::size_t o = w.shape()[0], kh = w.shape()[2], kw = w.shape()[3];
-    std::vector<float> y;
+    std::vector<double> y;
     for (std::size_t ni = 0; ni < n; ++ni)
         for (std::size_t oi = 0; oi < o; ++oi)
             for (std::size_t i = 0; i < ho; ++i)
@@ -128,9 +129,33 @@ std::vector<float> conv_reference(const Tensor& x, const Tensor& w, const Tensor
                                 if (r < 0 || col < 0 || r >= long(h) || col >= long(wi)) continue;
                                 s += double(w.at({oi, ci, p, q})) * x.at({ni, ci, std::size_t(r), std::size_t(col)});
                             }
-                    y.push_back(float(s));
+                    y.push_back(s);
                 }
     return y;
+}
+
+/// |t| elementwise: with it, conv_reference gives Σ|terms| of each output.
+Tensor magnitudes(const Tensor& t) {
+    std::vector<float> v = t.to_floats();
+    for (float& x : v) x = std::fabs(x);
+    return Tensor::from_floats(t.shape(), v);
+}
+
+/// Checks float32 sums of k terms against float64 references within the bound of error_bounds.hpp; an
+/// activation f applied after the sum (Lipschitz constant 1: identity, tanh) passes the sum's error on and
+/// adds its own: `f_ulps` units in the last place (2 for tanh, vector_math_accuracy).
+void check_sums(const Tensor& y, const std::vector<double>& exact, const std::vector<double>& magnitude, std::size_t k,
+                const std::string& what, double (*f)(double) = nullptr, double f_ulps = 0) {
+    BOOST_TEST_REQUIRE(y.size() == exact.size(), what);
+    std::size_t far = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+        const double want = f ? f(exact[i]) : exact[i];
+        const double bound = error_bounds::rounded_sum_error(Dtype::float32, k, exact[i], magnitude[i]) +
+                             f_ulps * error_bounds::ulp(Dtype::float32, std::fabs(want));
+        if (std::fabs(y.flat(i) - want) > bound && ++far <= 3)
+            BOOST_TEST_MESSAGE(what << " element " << i << ": " << y.flat(i) << ", reference " << want);
+    }
+    BOOST_TEST(far == 0u, what << ": " << far << " elements beyond the bound");
 }
 
 void check_close(const Tensor& y, const std::vector<float>& expected, float tol, const std::string& what) {
@@ -220,14 +245,17 @@ BOOST_AUTO_TEST_CASE(dense_computes_x_w_plus_b) {
     const Tensor x = random(Shape{2, 4}, 0.1f, 1.0f, 3);
     const Tensor y = dense(x);
     BOOST_TEST(y.shape() == (Shape{2, 3}));
-    std::vector<float> expected;
+    std::vector<double> sums, sizes; // x w + b, and Σ|terms|
     for (std::size_t n = 0; n < 2; ++n)
         for (std::size_t j = 0; j < 3; ++j) {
-            double s = b.flat(j);
-            for (std::size_t i = 0; i < 4; ++i) s += double(x.at({n, i})) * w.at({i, j});
-            expected.push_back(float(std::tanh(s)));
+            double s = b.flat(j), size = std::fabs(b.flat(j));
+            for (std::size_t i = 0; i < 4; ++i) {
+                s += double(x.at({n, i})) * w.at({i, j});
+                size += std::fabs(double(x.at({n, i})) * w.at({i, j}));
+            }
+            sums.push_back(s), sizes.push_back(size);
         }
-    check_close(y, expected, 1e-6f, "Dense(3, tanh)");
+    check_sums(y, sums, sizes, 5, "Dense(3, tanh)", [](double v) { return std::tanh(v); }, 2);
 }
 
 // Examples of rank 3: the product applies to the last axis of every position, which keeps its place.
@@ -274,9 +302,12 @@ BOOST_AUTO_TEST_CASE(conv2d_matches_direct_loops) {
         const Tensor x = random(Shape{2, c.example[0], c.example[1], c.example[2]}, 0.1f, 1.0f, 6);
         const Tensor y = conv(x);
         BOOST_TEST(y.shape() == (Shape{2, c.output[0], c.output[1], c.output[2]}), what);
-        const std::vector<float> expected =
-            conv_reference(x, vars[0].value(), vars[1].value(), c.stride, c.before, c.output[1], c.output[2]);
-        check_close(y, expected, 1e-5f, what);
+        const Tensor w = vars[0].value(), b = vars[1].value();
+        const auto reference = [&](const Tensor& xs, const Tensor& ws, const Tensor& bs) {
+            return conv_reference(xs, ws, bs, c.stride, c.before, c.output[1], c.output[2]);
+        };
+        check_sums(y, reference(x, w, b), reference(magnitudes(x), magnitudes(w), magnitudes(b)),
+                   c.example[0] * c.kernel[0] * c.kernel[1] + 1, what);
     }
 }
 
@@ -304,24 +335,29 @@ BOOST_AUTO_TEST_CASE(pooling_matches_direct_loops) {
         const std::size_t ho = (5 - pool[0]) / s[0] + 1, wo = (6 - pool[1]) / s[1] + 1;
         BOOST_TEST(mp.output_shape() == (Shape{3, ho, wo}));
         BOOST_TEST(ap.output_shape() == (Shape{3, ho, wo}));
-        std::vector<float> max_ref, avg_ref;
+        std::vector<float> max_ref;
+        std::vector<double> avg_ref, avg_size;
         for (std::size_t n = 0; n < 2; ++n)
             for (std::size_t c = 0; c < 3; ++c)
                 for (std::size_t i = 0; i < ho; ++i)
                     for (std::size_t j = 0; j < wo; ++j) {
                         float m = -INFINITY;
-                        double sum = 0;
+                        double sum = 0, size = 0;
                         for (std::size_t p = 0; p < pool[0]; ++p)
                             for (std::size_t q = 0; q < pool[1]; ++q) {
                                 const float v = x.at({n, c, i * s[0] + p, j * s[1] + q});
                                 m = std::max(m, v);
                                 sum += v;
+                                size += std::fabs(v);
                             }
                         max_ref.push_back(m);
-                        avg_ref.push_back(float(sum / double(pool[0] * pool[1])));
+                        avg_ref.push_back(sum / double(pool[0] * pool[1]));
+                        avg_size.push_back(size / double(pool[0] * pool[1]));
                     }
         check_close(mp(x), max_ref, 0.0f, "MaxPool2D " + mp.config());
-        check_close(ap(x), avg_ref, 1e-6f, "AvgPool2D " + ap.config());
+        // A float32 sum of n terms and at most two more roundings (the division, or 1/n and the product
+        // with it): within the bound of a sum of n + 2 terms, scaled by 1/n.
+        check_sums(ap(x), avg_ref, avg_size, pool[0] * pool[1] + 2, "AvgPool2D " + ap.config());
     }
 }
 
