@@ -15,14 +15,11 @@ steps="${4:-300}"
 seed="${CHECKPOINT_KILL_SEED:-$(( $(date +%s) % 32768 ))}"
 RANDOM="$seed"
 
-fail() {
-    echo "checkpoint_kill: FAILED: $*" >&2
-    exit 1
-}
+name=checkpoint_kill
+source "$(dirname "${BASH_SOURCE[0]}")/script_helpers.sh"
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-rm -rf "$work"
-mkdir -p "$work/reference" "$work/run" || fail "cannot create $work"
+fresh_dir "$work" reference run
 
 start="$(now_ms)"
 reference="$("$worker" --dir "$work/reference" --steps "$steps")" || fail "the uninterrupted run failed"

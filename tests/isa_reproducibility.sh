@@ -13,17 +13,10 @@ trainer="$1"
 levels_program="$2"
 work="$3"
 
-fail() {
-    echo "isa_reproducibility: FAILED: $*" >&2
-    exit 1
-}
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    [ -n "${MIXPREC_REQUIRE_DATA:-}" ] && fail "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    echo "isa_reproducibility: Fashion-MNIST is not installed; skipped"
-    exit 77
-fi
-rm -rf "$work"
-mkdir -p "$work" || fail "cannot create $work"
+name=isa_reproducibility
+source "$(dirname "${BASH_SOURCE[0]}")/script_helpers.sh"
+fashion_mnist_or_skip
+fresh_dir "$work"
 levels="$("$levels_program")" || fail "$levels_program failed"
 
 # digest LEVEL MODEL PRECISION STEPS: the weights_digest of a short run at that level ("native": unset).

@@ -14,22 +14,15 @@ want="${3:-6}"
 seed="${TRAIN_RESUME_SEED:-$(( $(date +%s) % 32768 ))}"
 RANDOM="$seed"
 
-fail() {
-    echo "train_resume: FAILED: $*" >&2
-    exit 1
-}
+name=train_resume
+source "$(dirname "${BASH_SOURCE[0]}")/script_helpers.sh"
 end_field() { # end_field LOG FIELD: a field of the log's last line (the end event)
     tail -n 1 "$1" | sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
 }
 
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-    [ -n "${MIXPREC_REQUIRE_DATA:-}" ] && fail "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
-    echo "train_resume: Fashion-MNIST is not installed; skipped"
-    exit 77
-fi
+fashion_mnist_or_skip
 
-rm -rf "$work"
-mkdir -p "$work" || fail "cannot create $work"
+fresh_dir "$work"
 # 1.5 epochs of 256-example batches, with two injected overflows (one before and one after most kills).
 args=(--model mlp --precision mixed_float16 --batch-size 256 --epochs 2 --max-steps 350 --threads 1 --quiet
       --growth-interval 50 --inject-nonfinite 40,260)
