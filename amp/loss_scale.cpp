@@ -1,4 +1,4 @@
-#include "loss_scale.hpp"
+#include <mixprec/amp/loss_scale.hpp>
 
 #include <algorithm>
 #include <array>

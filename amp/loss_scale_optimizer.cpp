@@ -1,8 +1,8 @@
-#include "loss_scale_optimizer.hpp"
+#include <mixprec/amp/loss_scale_optimizer.hpp>
 
-#include "unscale.hpp"
-#include "../autodiff/convert.hpp"
-#include "../autodiff/ops_elementwise.hpp"
+#include <mixprec/amp/unscale.hpp>
+#include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/autodiff/tensor/convert.hpp>
 
 #include <cmath>
 #include <stdexcept>

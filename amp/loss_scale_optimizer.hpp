@@ -18,8 +18,8 @@
 /// apply_accumulated() unscales the sums once and steps as apply() does. An inf or NaN in any
 /// micro-batch survives the sum and skips the step.
 
-#include "loss_scale.hpp"
-#include "../optim/optimizer.hpp"
+#include <mixprec/amp/loss_scale.hpp>
+#include <mixprec/optim/optimizer.hpp>
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "policy.hpp"
+#include <mixprec/amp/policy.hpp>
 
 #include <array>
 #include <stdexcept>

@@ -8,7 +8,7 @@
 ///   "mixed_bfloat16"   compute bfloat16,  variables float32
 ///   "mixed_cbfloat16"  compute cbfloat16, variables float32   (use a LossScaleOptimizer)
 
-#include "../autodiff/dtype.hpp"
+#include <mixprec/autodiff/tensor/dtype.hpp>
 
 #include <string>
 #include <string_view>

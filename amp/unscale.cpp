@@ -1,7 +1,7 @@
-#include "unscale.hpp"
+#include <mixprec/amp/unscale.hpp>
 
-#include "../autodiff/convert.hpp"
-#include "../autodiff/isa_kernels.hpp"
+#include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 
 #include <cfloat>
 #include <cstdint>

@@ -3,7 +3,7 @@
 /// (any dtype) that widens it to float32, multiplies by 1/S, checks that every result is finite and adds
 /// up the squared norm.
 
-#include "../autodiff/tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <span>
 

@@ -1,7 +1,7 @@
-#include "gradcheck.hpp"
+#include <mixprec/autodiff/gradcheck.hpp>
 
-#include "ops_elementwise.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/autodiff/tape.hpp>
 
 #include <cmath>
 #include <random>

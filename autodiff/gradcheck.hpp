@@ -8,7 +8,7 @@
 /// Finite differences in float32 carry an error of about ε₃₂ |s| / h (rounding of s) plus h² f''' (the
 /// truncation), so with step 1e-2 and O(1) values a tolerance of a few 1e-3 is expected, not 1e-6.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <functional>
 #include <string>

@@ -1,9 +1,9 @@
-#include "ops_conv.hpp"
+#include <mixprec/autodiff/ops_conv.hpp>
 
-#include "conv_kernels.hpp"
-#include "convert.hpp"
-#include "matmul_kernels.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 
 #include <omp.h>
 

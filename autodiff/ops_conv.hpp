@@ -8,7 +8,7 @@
 /// float32, and the result is rounded once (by mixprec, never by oneDNN) to the inputs' dtype. The backward pass likewise: dx (overlapping patches included), dw and dbias are each
 /// summed in float32 and rounded once. Chunks keep the column matrix at about 1 MiB.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <array>
 #include <cstddef>

@@ -1,10 +1,10 @@
-#include "ops_elementwise.hpp"
+#include <mixprec/autodiff/ops_elementwise.hpp>
 
-#include "kernels_elementwise.hpp"
-#include "isa_kernels.hpp"
-#include "kernels_map.hpp"
-#include "tape.hpp"
-#include "vector_math.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
+#include <mixprec/autodiff/tensor/detail/vector_math.hpp>
+#include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 
 #include <cmath>
 

@@ -3,7 +3,7 @@
 /// inputs' dtype; binary ops need equal dtypes and broadcast like NumPy, and their gradients are summed
 /// back to each input's shape.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 namespace mixprec::autodiff {
 

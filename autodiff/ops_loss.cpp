@@ -1,7 +1,7 @@
-#include "ops_loss.hpp"
+#include <mixprec/autodiff/ops_loss.hpp>
 
-#include "kernels_map.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 /// whatever the dtype of its inputs; the gradient of each input has that input's dtype, rounded once,
 /// so a loss-scaled gradient underflows (or overflows) in float16 exactly where hardware would.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <cstdint>
 #include <span>

@@ -1,7 +1,7 @@
-#include "ops_matmul.hpp"
+#include <mixprec/autodiff/ops_matmul.hpp>
 
-#include "kernels_elementwise.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 
 #include <vector>
 

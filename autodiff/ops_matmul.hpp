@@ -3,7 +3,7 @@
 ///   C = op(A) op(B):  d op(A) = dC op(B)ᵀ,  d op(B) = op(A)ᵀ dC
 /// where op transposes when the option says so; a b shared by every batch gets the batch sum.
 
-#include "kernels_matmul.hpp"
+#include <mixprec/autodiff/tensor/kernels_matmul.hpp>
 
 #include <optional>
 

@@ -1,8 +1,8 @@
-#include "ops_nn.hpp"
+#include <mixprec/autodiff/ops_nn.hpp>
 
-#include "convert.hpp"
-#include "kernels_map.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 
 #include <array>
 #include <cmath>

@@ -3,8 +3,8 @@
 /// Each keeps its output in the input's dtype, computes in float32 and rounds its result (and each
 /// gradient) once.
 
-#include "rng.hpp"
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/rng.hpp>
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <cstdint>
 #include <span>

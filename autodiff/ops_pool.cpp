@@ -1,7 +1,7 @@
-#include "ops_pool.hpp"
+#include <mixprec/autodiff/ops_pool.hpp>
 
-#include "convert.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/convert.hpp>
 
 #include <algorithm>
 #include <bit>

@@ -8,7 +8,7 @@
 /// and rounded once. shape_error names the shapes for a rank other than 4, a zero kernel, too much
 /// padding, or an input smaller than the window.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <array>
 #include <cstddef>

@@ -1,6 +1,6 @@
-#include "ops_reduce.hpp"
+#include <mixprec/autodiff/ops_reduce.hpp>
 
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
 
 #include <array>
 #include <bit>

@@ -5,7 +5,7 @@
 /// result is rounded once to x's dtype (through float32 with round-to-odd, which is exact to round
 /// once). Bad or repeated axes throw shape_error naming the axes and the shape.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <vector>
 

@@ -1,7 +1,7 @@
-#include "ops_shape.hpp"
+#include <mixprec/autodiff/ops_shape.hpp>
 
-#include "kernels_elementwise.hpp"
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 
 #include <array>
 #include <cstring>

@@ -3,7 +3,7 @@
 /// bit for bit in the input's dtype, never rounded. Axes count from the end when negative (-1 is the
 /// last). Shape mistakes throw shape_error naming the shapes and axes involved.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <cstddef>
 #include <vector>

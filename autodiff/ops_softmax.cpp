@@ -1,7 +1,7 @@
-#include "ops_softmax.hpp"
+#include <mixprec/autodiff/ops_softmax.hpp>
 
-#include "tape.hpp"
-#include "vector_math.hpp"
+#include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/detail/vector_math.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -40,7 +40,7 @@ Lanes lanes_of(const Shape& shape, int axis, const char* op) {
 }
 
 /// softmax(x) along the lanes, in float32, into p; and log softmax into logp when it is not null.
-/// exp is mixprec's vectorizable one (autodiff/vector_math.hpp, within 1 ulp).
+/// exp is mixprec's vectorizable one (autodiff/tensor/detail/vector_math.hpp, within 1 ulp).
 void softmax_floats(const std::vector<float>& x, const Lanes& l, std::vector<float>& p, std::vector<float>* logp) {
     l.for_each([&](std::size_t first, std::size_t step) {
         float m = -std::numeric_limits<float>::infinity();

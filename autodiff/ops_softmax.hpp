@@ -4,7 +4,7 @@
 /// such as (1000, 1001) are fine in float16. The output is rounded once to x's dtype; the backward
 /// recomputes softmax(x) in float32 rather than reading the rounded output.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 namespace mixprec::autodiff {
 

@@ -1,15 +1,15 @@
 # Sources of mixprec::autodiff. Conversion kernels for each x86 instruction set are compiled in their
 # own translation unit with that set's flags and picked at run time (convert.cpp).
 target_sources(mixprec PRIVATE
-  autodiff/isa.cpp
-  autodiff/dtype.cpp
-  autodiff/convert.cpp
-  autodiff/shape.cpp
-  autodiff/tensor.cpp
-  autodiff/tensor_xt.cpp
-  autodiff/kernels_elementwise.cpp
-  autodiff/kernels_matmul.cpp
-  autodiff/matmul_onednn.cpp
+  autodiff/tensor/isa.cpp
+  autodiff/tensor/dtype.cpp
+  autodiff/tensor/convert.cpp
+  autodiff/tensor/shape.cpp
+  autodiff/tensor/tensor.cpp
+  autodiff/tensor/tensor_xt.cpp
+  autodiff/tensor/kernels_elementwise.cpp
+  autodiff/tensor/kernels_matmul.cpp
+  autodiff/tensor/matmul_onednn.cpp
   autodiff/tape.cpp
   autodiff/variable.cpp
   autodiff/ops_elementwise.cpp
@@ -18,27 +18,27 @@ target_sources(mixprec PRIVATE
   autodiff/ops_reduce.cpp
   autodiff/ops_softmax.cpp
   autodiff/ops_conv.cpp
-  autodiff/ops_conv_onednn.cpp
+  autodiff/tensor/conv_onednn.cpp
   autodiff/ops_pool.cpp
   autodiff/ops_nn.cpp
   autodiff/ops_loss.cpp
   autodiff/gradcheck.cpp)
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  target_sources(mixprec PRIVATE autodiff/convert_avx2.cpp autodiff/convert_avx512.cpp)
-  set_source_files_properties(autodiff/convert_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
-  set_source_files_properties(autodiff/convert_avx512.cpp PROPERTIES COMPILE_OPTIONS
+  target_sources(mixprec PRIVATE autodiff/tensor/arch/convert_avx2.cpp autodiff/tensor/arch/convert_avx512.cpp)
+  set_source_files_properties(autodiff/tensor/arch/convert_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
+  set_source_files_properties(autodiff/tensor/arch/convert_avx512.cpp PROPERTIES COMPILE_OPTIONS
     "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mf16c;-mfma;-mprefer-vector-width=512;-Wno-maybe-uninitialized")
 # (GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512 intrinsic headers.)
   target_compile_definitions(mixprec PRIVATE MIXPREC_X86_KERNELS)
 endif()
 # The conversion loops are exact integer code plus exact int->float steps; telling GCC that no float
 # operation traps lets it turn their selects into vector blends instead of branches.
-set_property(SOURCE autodiff/convert.cpp autodiff/convert_avx2.cpp autodiff/convert_avx512.cpp
+set_property(SOURCE autodiff/tensor/convert.cpp autodiff/tensor/arch/convert_avx2.cpp autodiff/tensor/arch/convert_avx512.cpp
   APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 # The elementwise ops and kernels, and softmax: without trapping math the selects of their loops (relu's, abs's and
 # leaky_relu's gradients, the branch-free exp/tanh/sigmoid of vector_math.hpp) become vector blends.
 # Their tanh, sigmoid and GELU loops are also compiled for AVX-512 and AVX2 (isa_kernels.hpp); contraction
 # into FMA stays off so that every vector width rounds as the baseline code does and gives the same bits.
-set_property(SOURCE autodiff/ops_elementwise.cpp autodiff/kernels_elementwise.cpp autodiff/ops_softmax.cpp
+set_property(SOURCE autodiff/ops_elementwise.cpp autodiff/tensor/kernels_elementwise.cpp autodiff/ops_softmax.cpp
   APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math -ffp-contract=off)

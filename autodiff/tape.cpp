@@ -1,7 +1,7 @@
-#include "tape.hpp"
+#include <mixprec/autodiff/tape.hpp>
 
-#include "kernels_elementwise.hpp"
-#include "variable.hpp"
+#include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
+#include <mixprec/autodiff/variable.hpp>
 
 #include <algorithm>
 #include <stdexcept>

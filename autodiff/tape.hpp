@@ -16,8 +16,8 @@
 /// its recording until it is destroyed. Nested tapes record independently, but a tape does not record the
 /// ops another tape's `gradient` runs, so higher-order gradients are not available.
 
-#include "tape_hooks.hpp"
-#include "tensor.hpp"
+#include <mixprec/autodiff/tape_hooks.hpp>
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <functional>
 #include <memory>

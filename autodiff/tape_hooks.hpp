@@ -2,7 +2,7 @@
 /// The one call a Variable makes into the tapes (implemented in tape.cpp), kept apart so that
 /// variable.cpp does not depend on the tape.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <cstdint>
 

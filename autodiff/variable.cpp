@@ -1,6 +1,6 @@
-#include "variable.hpp"
+#include <mixprec/autodiff/variable.hpp>
 
-#include "tape_hooks.hpp"
+#include <mixprec/autodiff/tape_hooks.hpp>
 
 #include <atomic>
 

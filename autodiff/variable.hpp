@@ -3,7 +3,7 @@
 /// dtype (float16 under a mixed_float16 policy), rounded once from the master and cached until the
 /// master changes. Copies of a Variable refer to the same variable, as in Keras.
 
-#include "tensor.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <memory>
 #include <span>

@@ -9,7 +9,7 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "autodiff/matmul_kernels.hpp"
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>

@@ -9,11 +9,11 @@ install(TARGETS mixprec EXPORT mixprecTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The public headers: every .hpp of the library's folders except those in detail/ (internal, included
+# only from the library's own sources).
 foreach(dir autodiff optim amp models)
-  if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${dir})
-    install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec
-      FILES_MATCHING PATTERN "*.hpp" PATTERN "*_kernels.hpp" EXCLUDE)
-  endif()
+  install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "detail" EXCLUDE PATTERN "arch" EXCLUDE)
 endforeach()
 install(FILES mixprec.hpp ${PROJECT_BINARY_DIR}/include/mixprec/version.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec)

@@ -8,7 +8,7 @@
 
 #include "fuzz_model.hpp"
 
-#include "../models/crc32c.hpp"
+#include <mixprec/models/io/crc32c.hpp>
 
 #include <cstdio>
 #include <cstdlib>

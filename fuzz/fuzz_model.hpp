@@ -4,7 +4,7 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "../models/checkpoint.hpp"
+#include <mixprec/models/io/checkpoint.hpp>
 
 #include <cstdint>
 #include <cstring>

@@ -1,19 +1,21 @@
-# Sources of mixprec::models: layers, Sequential, the built-in models, datasets, the fit loop and its
-# callbacks, and checkpoint files.
+# Sources of mixprec::models, one folder per concern, each including only from the folders below it:
+# layers/ and data/ (on autodiff, optim, amp), io/ (checkpoint files), then training/ (Sequential, the
+# built-in models, the fit loop and its callbacks, checkpoints of a Sequential).
 target_sources(mixprec PRIVATE
-  models/layer.cpp
-  models/sequential.cpp
-  models/dataset.cpp
-  models/initializers.cpp
-  models/layers_core.cpp
-  models/layers_conv.cpp
-  models/layers_norm.cpp
-  models/attention.cpp
-  models/transformer.cpp
-  models/zoo.cpp
-  models/vit.cpp
-  models/fashion_mnist.cpp
-  models/checkpoint.cpp
-  models/crc32c.cpp
-  models/fit.cpp
-  models/callbacks.cpp)
+  models/layers/layer.cpp
+  models/layers/initializers.cpp
+  models/layers/layers_core.cpp
+  models/layers/layers_conv.cpp
+  models/layers/layers_norm.cpp
+  models/layers/attention.cpp
+  models/layers/transformer.cpp
+  models/data/dataset.cpp
+  models/data/fashion_mnist.cpp
+  models/io/checkpoint.cpp
+  models/io/crc32c.cpp
+  models/training/sequential.cpp
+  models/training/zoo.cpp
+  models/training/vit.cpp
+  models/training/fit.cpp
+  models/training/callbacks.cpp
+  models/training/model_checkpoint.cpp)

@@ -1,6 +1,6 @@
-#include "adam.hpp"
+#include <mixprec/optim/adam.hpp>
 
-#include "../autodiff/isa_kernels.hpp"
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -39,7 +39,7 @@ namespace {
 
 /// The Adam update of n elements: w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
 /// (amsgrad) v replaced by the running maximum. One pass, no aliasing, run at the vector width of the
-/// instruction-set level (autodiff/isa_kernels.hpp); every width rounds each operation as the scalar code
+/// instruction-set level (autodiff/tensor/detail/isa_kernels.hpp); every width rounds each operation as the scalar code
 /// does (no FMA contraction: see optim/sources.cmake), so all give the same bits.
 [[gnu::always_inline]] inline void adam_loop(std::size_t n, float* __restrict w, float* __restrict m,
                                              float* __restrict v, float* __restrict v_max, const float* __restrict g,

@@ -1,7 +1,7 @@
 #pragma once
 /// Adam (with AMSGrad) and AdamW, with PyTorch's update rule and Keras's defaults.
 
-#include "optimizer.hpp"
+#include <mixprec/optim/optimizer.hpp>
 
 namespace mixprec::optim {
 

@@ -1,6 +1,6 @@
-#include "optimizer.hpp"
+#include <mixprec/optim/optimizer.hpp>
 
-#include "../autodiff/convert.hpp"
+#include <mixprec/autodiff/tensor/convert.hpp>
 
 #include <algorithm>
 #include <cmath>

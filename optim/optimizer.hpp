@@ -10,10 +10,10 @@
 /// Non-finite gradients are not checked here: an inf/NaN goes into the weights and slots. Skipping such
 /// steps is the job of amp::LossScaleOptimizer, which checks before calling apply_float32.
 
-#include "schedule.hpp"
+#include <mixprec/optim/schedule.hpp>
 
-#include "../autodiff/tensor.hpp"
-#include "../autodiff/variable.hpp"
+#include <mixprec/autodiff/tensor/tensor.hpp>
+#include <mixprec/autodiff/variable.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "schedule.hpp"
+#include <mixprec/optim/schedule.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-#include "sgd.hpp"
+#include <mixprec/optim/sgd.hpp>
 
-#include "../autodiff/isa_kernels.hpp"
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 
 #include <cmath>
 #include <sstream>

@@ -1,7 +1,7 @@
 #pragma once
 /// Stochastic gradient descent with momentum, Nesterov momentum and L2 weight decay (PyTorch's rule).
 
-#include "optimizer.hpp"
+#include <mixprec/optim/optimizer.hpp>
 
 namespace mixprec::optim {
 

@@ -14,8 +14,8 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "../models/checkpoint.hpp"
-#include "../models/crc32c.hpp"
+#include <mixprec/models/io/checkpoint.hpp>
+#include <mixprec/models/io/crc32c.hpp>
 
 #include <chrono>
 #include <cmath>

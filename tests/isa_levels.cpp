@@ -3,7 +3,7 @@
 // With --describe, prints instead which kernels run: mixprec's level, oneDNN's and OpenBLAS's choice.
 #include <mixprec/mixprec.hpp>
 
-#include "autodiff/matmul_kernels.hpp"
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 
 #include <oneapi/dnnl/dnnl_types.h>
 

@@ -3,9 +3,9 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "models/attention.hpp"
-#include "models/transformer.hpp"
-#include "models/zoo.hpp"
+#include <mixprec/models/layers/attention.hpp>
+#include <mixprec/models/layers/transformer.hpp>
+#include <mixprec/models/training/zoo.hpp>
 
 #include "error_bounds.hpp"
 #include "op_checks.hpp"

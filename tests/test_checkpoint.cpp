@@ -6,11 +6,11 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "models/checkpoint.hpp"
-#include "models/crc32c.hpp"
-#include "models/layers_core.hpp"
-#include "models/sequential.hpp"
-#include "models/serialization.hpp"
+#include <mixprec/models/io/checkpoint.hpp>
+#include <mixprec/models/io/crc32c.hpp>
+#include <mixprec/models/io/serialization.hpp>
+#include <mixprec/models/layers/layers_core.hpp>
+#include <mixprec/models/training/sequential.hpp>
 
 #include "op_checks.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "models/fashion_mnist.hpp"
+#include <mixprec/models/data/fashion_mnist.hpp>
 
 #include "op_checks.hpp"
 

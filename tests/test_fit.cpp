@@ -3,12 +3,13 @@
 #define BOOST_TEST_MODULE fit
 #include <boost/test/unit_test.hpp>
 
-#include "amp/loss_scale_optimizer.hpp"
-#include "models/callbacks.hpp"
-#include "models/fit.hpp"
-#include "models/layers_core.hpp"
-#include "optim/adam.hpp"
-#include "optim/sgd.hpp"
+#include <mixprec/amp/loss_scale_optimizer.hpp>
+#include <mixprec/models/layers/layers_core.hpp>
+#include <mixprec/models/training/callbacks.hpp>
+#include <mixprec/models/training/fit.hpp>
+#include <mixprec/models/training/model_checkpoint.hpp>
+#include <mixprec/optim/adam.hpp>
+#include <mixprec/optim/sgd.hpp>
 
 #include <cmath>
 #include <filesystem>

@@ -7,8 +7,8 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "autodiff/isa_kernels.hpp"
-#include "autodiff/matmul_kernels.hpp"
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 
 #include <oneapi/dnnl/dnnl_types.h>
 

@@ -5,13 +5,13 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "models/dataset.hpp"
-#include "models/initializers.hpp"
-#include "models/layers_conv.hpp"
-#include "models/layers_core.hpp"
-#include "models/layers_norm.hpp"
-#include "models/sequential.hpp"
-#include "models/zoo.hpp"
+#include <mixprec/models/data/dataset.hpp>
+#include <mixprec/models/layers/initializers.hpp>
+#include <mixprec/models/layers/layers_conv.hpp>
+#include <mixprec/models/layers/layers_core.hpp>
+#include <mixprec/models/layers/layers_norm.hpp>
+#include <mixprec/models/training/sequential.hpp>
+#include <mixprec/models/training/zoo.hpp>
 
 #include "error_bounds.hpp"
 #include "op_checks.hpp"

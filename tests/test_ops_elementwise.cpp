@@ -3,7 +3,7 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "autodiff/vector_math.hpp"
+#include <mixprec/autodiff/tensor/detail/vector_math.hpp>
 #include "op_checks.hpp"
 
 #include <bit>
@@ -189,7 +189,7 @@ double sigmoid_from_exp(double x, double e) { return x >= 0 ? 1.0 / (1.0 + 1.0 /
 
 } // namespace
 
-// The branch-free exp, tanh and sigmoid of autodiff/vector_math.hpp against double precision, within
+// The branch-free exp, tanh and sigmoid of autodiff/tensor/detail/vector_math.hpp against double precision, within
 // 2 ulp: sigmoid through its kernel (so in the vectorized clone this CPU runs), exp and tanh called
 // directly (gelu_uses_the_vector_tanh ties them to the library). Over all 2^32 inputs their worst errors
 // are 1.02 (tanh), 0.78 (exp) and 1.17 (sigmoid) ulp; this is a sample of that sweep (9 million inputs).

@@ -3,7 +3,7 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include "autodiff/vector_math.hpp" // internal: the reference for kernels::tanh
+#include <mixprec/autodiff/tensor/detail/vector_math.hpp> // internal: the reference for kernels::tanh
 
 #include <cmath>
 #include <random>

@@ -1,0 +1,197 @@
+// bfloat16 conv2d through oneDNN convolution primitives. oneDNN always writes float32 here; the
+// caller rounds each result once with narrow(), so oneDNN never rounds to bfloat16 itself.
+//
+// The interface is in conv_kernels.hpp.
+//
+// x, w and dy hold bfloat16 (NCHW / OIHW); bias, y, dx, dw (OIHW) and db (O, may be null) are float32.
+#include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/onednn_kernels.hpp>
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+namespace mixprec::autodiff::detail {
+
+namespace {
+
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+using dim = dnnl::memory::dim;
+
+dnnl::engine& engine() { return onednn_engine(); }
+dnnl::stream& stream() { return onednn_stream(); }
+
+/// Let oneDNN choose blocked layouts (with reorders to and from the plain ones) instead of running on
+/// nchw / oihw directly.
+constexpr bool blocked_layouts = true;
+
+/// A user buffer in its plain layout, and the memory a primitive wants for it (the same when the
+/// layouts agree, else a reorder to or from a per-plan buffer).
+struct operand {
+    dnnl::memory::desc user, inner;
+    std::optional<dnnl::reorder> to_inner, to_user;
+    dnnl::memory buffer; // inner layout, when it differs from user
+
+    operand(const dnnl::memory::desc& u, const dnnl::memory::desc& i, bool input) : user(u), inner(i) {
+        if (user != inner) {
+            buffer = dnnl::memory(inner, engine());
+            if (input)
+                to_inner.emplace(dnnl::reorder::primitive_desc(engine(), user, engine(), inner));
+            else
+                to_user.emplace(dnnl::reorder::primitive_desc(engine(), inner, engine(), user));
+        }
+    }
+
+    /// The memory to hand the primitive, after reordering an input into it.
+    dnnl::memory in(const void* data) {
+        dnnl::memory u(user, engine(), const_cast<void*>(data));
+        if (!to_inner) return u;
+        to_inner->execute(stream(), u, buffer);
+        return buffer;
+    }
+    /// The memory for the primitive to write; flush() reorders it into data.
+    dnnl::memory out(void* data) {
+        return to_user ? buffer : dnnl::memory(user, engine(), data);
+    }
+    void flush(void* data) {
+        if (!to_user) return;
+        dnnl::memory u(user, engine(), data);
+        to_user->execute(stream(), buffer, u);
+    }
+};
+
+struct conv_plan {
+    dnnl::convolution_forward::primitive_desc fwd_pd;
+    dnnl::convolution_forward fwd;
+    std::optional<operand> fx, fw, fy;
+    bool has_bias;
+    dnnl::memory::desc bias_md;
+
+    // Backward, built on first use.
+    bool backward_ready = false;
+    dnnl::convolution_backward_data bwd_data;
+    dnnl::convolution_backward_weights bwd_weights;
+    std::optional<operand> ddy, dw_w, ddx, wx, wdy, wdw;
+};
+
+struct conv_descs {
+    dnnl::memory::desc x, w, b, y;               // plain user layouts
+    dnnl::memory::desc x_any, w_any, y_any, x16, w16, dy16; // what primitives are created with
+    dims strides, dilates, pad_l, pad_r;
+};
+
+conv_descs descs(const conv_bf16_shape& s, bool has_bias) {
+    const auto d = [](std::size_t v) { return static_cast<dim>(v); };
+    conv_descs r;
+    const dims xd{d(s.n), d(s.c), d(s.h), d(s.w)}, wd{d(s.o), d(s.c), d(s.kh), d(s.kw)},
+        yd{d(s.n), d(s.o), d(s.ho), d(s.wo)};
+    r.x = dnnl::memory::desc(xd, dt::f32, tag::nchw);
+    r.w = dnnl::memory::desc(wd, dt::f32, tag::oihw);
+    r.y = dnnl::memory::desc(yd, dt::f32, tag::nchw);
+    r.b = has_bias ? dnnl::memory::desc({d(s.o)}, dt::f32, tag::x) : dnnl::memory::desc();
+    const tag any = blocked_layouts ? tag::any : tag::undef;
+    r.x16 = dnnl::memory::desc(xd, dt::bf16, blocked_layouts ? any : tag::nchw);
+    r.w16 = dnnl::memory::desc(wd, dt::bf16, blocked_layouts ? any : tag::oihw);
+    r.dy16 = dnnl::memory::desc(yd, dt::bf16, blocked_layouts ? any : tag::nchw);
+    r.x_any = dnnl::memory::desc(xd, dt::f32, blocked_layouts ? any : tag::nchw);
+    r.w_any = dnnl::memory::desc(wd, dt::f32, blocked_layouts ? any : tag::oihw);
+    r.y_any = dnnl::memory::desc(yd, dt::f32, blocked_layouts ? any : tag::nchw);
+    r.strides = {d(s.stride[0]), d(s.stride[1])};
+    r.dilates = {d(s.dilation[0]) - 1, d(s.dilation[1]) - 1}; // oneDNN counts the gaps
+    r.pad_l = {d(s.padding[0]), d(s.padding[1])};
+    r.pad_r = r.pad_l; // our padding is symmetric; oneDNN sizes the output with the same floor division
+    return r;
+}
+
+dnnl::memory::desc bf16_plain(const dnnl::memory::desc& f32_plain, tag t) {
+    return dnnl::memory::desc(f32_plain.dims(), dt::bf16, t);
+}
+
+conv_plan make_plan(const conv_bf16_shape& s, bool has_bias) {
+    const conv_descs d = descs(s, has_bias);
+    const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             d.x16, d.w16, d.b, d.y_any, d.strides, d.dilates, d.pad_l, d.pad_r);
+    dnnl::convolution_forward::primitive_desc pd(fd, engine());
+    conv_plan p{pd, dnnl::convolution_forward(pd), {}, {}, {}, has_bias, d.b, false, {}, {}, {}, {}, {}, {}, {}, {}};
+    p.fx.emplace(bf16_plain(d.x, tag::nchw), pd.src_desc(), true);
+    p.fw.emplace(bf16_plain(d.w, tag::oihw), pd.weights_desc(), true);
+    p.fy.emplace(d.y, pd.dst_desc(), false);
+    return p;
+}
+
+void make_backward(conv_plan& p, const conv_bf16_shape& s) {
+    const conv_descs d = descs(s, p.has_bias);
+    const dnnl::convolution_backward_data::desc bdd(dnnl::algorithm::convolution_direct, d.x_any, d.w16, d.dy16,
+                                                    d.strides, d.dilates, d.pad_l, d.pad_r);
+    const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, engine(), p.fwd_pd);
+    const dnnl::convolution_backward_weights::desc bwd =
+        p.has_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.x16, d.w_any, d.b,
+                                                              d.dy16, d.strides, d.dilates, d.pad_l, d.pad_r)
+                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.x16, d.w_any,
+                                                              d.dy16, d.strides, d.dilates, d.pad_l, d.pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, engine(), p.fwd_pd);
+    p.bwd_data = dnnl::convolution_backward_data(bdpd);
+    p.bwd_weights = dnnl::convolution_backward_weights(bwpd);
+    p.ddy.emplace(bf16_plain(d.y, tag::nchw), bdpd.diff_dst_desc(), true);
+    p.dw_w.emplace(bf16_plain(d.w, tag::oihw), bdpd.weights_desc(), true);
+    p.ddx.emplace(d.x, bdpd.diff_src_desc(), false);
+    p.wx.emplace(bf16_plain(d.x, tag::nchw), bwpd.src_desc(), true);
+    p.wdy.emplace(bf16_plain(d.y, tag::nchw), bwpd.diff_dst_desc(), true);
+    p.wdw.emplace(d.w, bwpd.diff_weights_desc(), false);
+    p.backward_ready = true;
+}
+
+using key_t = std::array<std::size_t, 16>;
+
+struct key_hash {
+    std::size_t operator()(const key_t& k) const noexcept {
+        std::size_t h = 0;
+        for (std::size_t v : k) h = h * 1000003u ^ v;
+        return h;
+    }
+};
+
+conv_plan& plan(const conv_bf16_shape& s, bool has_bias) {
+    thread_local std::unordered_map<key_t, conv_plan, key_hash> plans; // creation costs far more than a run
+    const key_t key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.ho, s.wo, s.stride[0], s.stride[1], s.dilation[0],
+                    s.dilation[1], s.padding[0], s.padding[1], has_bias ? 1u : 0u};
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_plan(s, has_bias)).first;
+    return it->second;
+}
+
+} // namespace
+
+void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const void* w, const float* bias, float* y) {
+    conv_plan& p = plan(s, bias != nullptr);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, p.fx->in(x)},
+                                               {DNNL_ARG_WEIGHTS, p.fw->in(w)},
+                                               {DNNL_ARG_DST, p.fy->out(y)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, engine(), const_cast<float*>(bias)));
+    p.fwd.execute(stream(), args);
+    p.fy->flush(y);
+    stream().wait();
+}
+
+void onednn_conv_bf16_backward(const conv_bf16_shape& s, const void* x, const void* w, const void* dy, float* dx,
+                               float* dw, float* db) {
+    conv_plan& p = plan(s, db != nullptr);
+    if (!p.backward_ready) make_backward(p, s);
+    p.bwd_data.execute(stream(), {{DNNL_ARG_DIFF_DST, p.ddy->in(dy)},
+                                  {DNNL_ARG_WEIGHTS, p.dw_w->in(w)},
+                                  {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
+    p.ddx->flush(dx);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, p.wx->in(x)},
+                                               {DNNL_ARG_DIFF_DST, p.wdy->in(dy)},
+                                               {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
+    if (db) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(p.bias_md, engine(), db));
+    p.bwd_weights.execute(stream(), args);
+    p.wdw->flush(dw);
+    stream().wait();
+}
+
+} // namespace mixprec::autodiff::detail

@@ -1,0 +1,54 @@
+#include <mixprec/autodiff/tensor/convert.hpp>
+
+#include <mixprec/autodiff/tensor/detail/convert_kernels.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace mixprec::autodiff {
+namespace detail {
+
+const convert_kernels& portable_kernels() {
+    static constexpr convert_kernels table = generic_kernels();
+    return table;
+}
+
+} // namespace detail
+
+namespace {
+
+const detail::convert_kernels& kernels_for(Isa level) {
+#if defined(MIXPREC_X86_KERNELS)
+    switch (level) {
+    case Isa::avx512_bf16: return detail::avx512_bf16_kernels();
+    case Isa::avx512: return detail::avx512_kernels();
+    case Isa::avx2: return detail::avx2_kernels();
+    case Isa::portable: break;
+    }
+#endif
+    (void)level;
+    return detail::portable_kernels();
+}
+
+void check_count(const void* src, const void* dst, std::size_t n) {
+    if (n != 0 && (src == nullptr || dst == nullptr))
+        throw std::invalid_argument("mixprec conversion: null buffer for " + std::to_string(n) + " elements");
+}
+
+} // namespace
+
+void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
+    check_count(src, dst, n);
+    if (n == 0) return;
+    const auto& k = kernels_for(isa());
+    const auto i = static_cast<std::size_t>(to);
+    (overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i])(src, dst, n);
+}
+
+void widen(const void* src, Dtype from, float* dst, std::size_t n) {
+    check_count(src, dst, n);
+    if (n == 0) return;
+    kernels_for(isa()).widen[static_cast<std::size_t>(from)](src, dst, n);
+}
+
+} // namespace mixprec::autodiff

@@ -1,0 +1,178 @@
+#include <mixprec/autodiff/tensor/kernels_matmul.hpp>
+
+#include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+namespace mixprec::autodiff {
+namespace detail {
+
+void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
+    const auto ta = s.transpose_a ? CblasTrans : CblasNoTrans;
+    const auto tb = s.transpose_b ? CblasTrans : CblasNoTrans;
+    const auto lda = static_cast<blasint>(s.transpose_a ? s.m : s.k);
+    const auto ldb = static_cast<blasint>(s.transpose_b ? s.k : s.n);
+    if (!s.batched_b && !s.transpose_a) { // the batches stack into one taller matrix
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.batch * s.m), static_cast<blasint>(s.n),
+                    static_cast<blasint>(s.k), 1.0f, a, lda, b, ldb, 0.0f, c, static_cast<blasint>(s.n));
+        return;
+    }
+    for (std::size_t i = 0; i < s.batch; ++i)
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
+                    static_cast<blasint>(s.k), 1.0f, a + i * s.m * s.k, lda, b + (s.batched_b ? i * s.k * s.n : 0),
+                    ldb, 0.0f, c + i * s.m * s.n, static_cast<blasint>(s.n));
+}
+
+} // namespace detail
+
+namespace {
+
+struct operand_dims {
+    std::size_t batch, rows, cols; // after transposition
+    bool batched;
+};
+
+operand_dims dims_of(const Tensor& t, bool transpose, const char* name, const Tensor& a, const Tensor& b) {
+    if (t.rank() != 2 && t.rank() != 3)
+        throw shape_error(std::string("matmul: ") + name + " must have rank 2 or 3; shapes are " +
+                          a.shape().to_string() + " and " + b.shape().to_string());
+    const bool batched = t.rank() == 3;
+    const std::size_t r = t.shape().dim(-2), c = t.shape().dim(-1);
+    return {batched ? t.shape()[0] : 1, transpose ? c : r, transpose ? r : c, batched};
+}
+
+std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
+    return a.shape().to_string() + (o.transpose_a ? "ᵀ" : "") + " @ " + b.shape().to_string() +
+           (o.transpose_b ? "ᵀ" : "");
+}
+
+/// Splits [0, n) over the OpenMP threads (the pool OpenBLAS and oneDNN use too) in pieces of at least
+/// `min_piece` (one piece when n is smaller), and calls part(begin, end) for each piece.
+template <class Part>
+void split(std::size_t n, std::size_t min_piece, Part part) {
+    const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+    const int parts = static_cast<int>(std::clamp<std::size_t>(n / min_piece, 1, threads));
+#pragma omp parallel for num_threads(parts) if (parts > 1)
+    for (int p = 0; p < parts; ++p)
+        part(n * std::size_t(p) / std::size_t(parts), n * std::size_t(p + 1) / std::size_t(parts));
+}
+
+/// Widens a tensor into a reusable float32 buffer (no copy for float32), on every thread the product
+/// will run on.
+const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
+    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
+    scratch.resize(t.size());
+    const auto* bytes = static_cast<const std::byte*>(t.raw());
+    const std::size_t width = size_of(t.dtype());
+    split(t.size(), std::size_t{1} << 14, [&](std::size_t begin, std::size_t end) {
+        widen(bytes + begin * width, t.dtype(), scratch.data() + begin, end - begin);
+    });
+    return scratch.data();
+}
+
+/// Where the float32 product of `count` elements of out, from `offset` on, is written: out's own storage
+/// when it is float32, else `scratch` (finish_rows rounds it into out).
+float* float32_product(Tensor& out, std::size_t offset, std::size_t count, std::vector<float>& scratch) {
+    if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + offset;
+    scratch.resize(count);
+    return scratch.data();
+}
+
+/// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): the bias added to each
+/// row, if any, and the rows rounded into out unless it is float32 (then c is out's storage already).
+void finish_rows(float* c, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1) {
+    if (bias != nullptr)
+        for (std::size_t i = 0; i < r1 - r0; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[i * n + j] += bias[j];
+    if (out.dtype() != Dtype::float32)
+        narrow(c, static_cast<std::byte*>(out.raw()) + r0 * n * size_of(out.dtype()), (r1 - r0) * n, out.dtype());
+}
+
+/// Rows [r0, r1) of a product whose batches stack into one matrix of rows (a not transposed, one b):
+/// those rows of a widened, one sgemm against the widened b, then finish_rows.
+void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, const float* bias, Tensor& out,
+                  std::size_t r0, std::size_t r1) {
+    thread_local std::vector<float> wa, wc;
+    const std::size_t rows = r1 - r0, width = size_of(a.dtype());
+    const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
+    if (a.dtype() != Dtype::float32) {
+        wa.resize(rows * s.k);
+        widen(static_cast<const std::byte*>(a.raw()) + r0 * s.k * width, a.dtype(), wa.data(), wa.size());
+        pa = wa.data();
+    }
+    float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
+    detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
+    finish_rows(c, bias, out, s.n, r0, r1);
+}
+
+/// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
+/// a (unless float32), multiplying them (OpenBLAS runs on one thread inside a parallel region) and
+/// rounding its rows of the result. OpenBLAS's own threading costs more than such a product is worth
+/// (at 128x512x10 splitting by rows takes about half the time); larger products go to it.
+constexpr std::size_t row_split_below = std::size_t{1} << 21;
+
+} // namespace
+
+Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, const Tensor* bias) {
+    check_same_dtype(a, b, "matmul");
+    const auto da = dims_of(a, options.transpose_a, "a", a, b);
+    const auto db = dims_of(b, options.transpose_b, "b", a, b);
+    if (da.cols != db.rows)
+        throw shape_error("matmul: inner dimensions differ in " + shapes_of(a, b, options) + " (" +
+                          std::to_string(da.cols) + " vs " + std::to_string(db.rows) + ")");
+    if (db.batched && (!da.batched || da.batch != db.batch))
+        throw shape_error("matmul: batch dimensions differ in " + shapes_of(a, b, options));
+
+    const detail::gemm_shape s{da.batch, da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
+                               db.batched};
+    if (bias != nullptr) {
+        check_same_dtype(a, *bias, "matmul bias");
+        if (bias->shape() != Shape{db.cols})
+            throw shape_error("matmul: bias " + bias->shape().to_string() + " does not match the " +
+                              std::to_string(db.cols) + " output columns of " + shapes_of(a, b, options));
+    }
+    Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, a.dtype());
+    if (out.size() == 0) return out;
+
+    const bool bf16 = a.dtype() == Dtype::bfloat16;
+    if (options.backend == MatmulBackend::onednn && !(bf16 && detail::onednn_bf16_available()))
+        throw std::invalid_argument("matmul: the onednn backend needs bfloat16 operands and the avx512_bf16 instruction-set level or above");
+    const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
+                                     (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
+
+    if (use_onednn && s.k != 0) { // oneDNN adds the bias and rounds (see the header)
+        detail::onednn_matmul_bf16(s, a.raw(), b.raw(), out.raw(), true, bias != nullptr ? bias->raw() : nullptr);
+        return out;
+    }
+    thread_local std::vector<float> wa, wb, wc;
+    const std::vector<float> bias_floats = bias != nullptr ? bias->to_floats() : std::vector<float>{};
+    const float* add = bias != nullptr ? bias_floats.data() : nullptr;
+    const std::size_t rows = s.batch * s.m;
+    if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
+        const float* pb = as_float32(b, wb);
+        split(rows, 16, [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, add, out, r0, r1); });
+        return out;
+    }
+    float* c = float32_product(out, 0, out.size(), wc);
+    if (s.k == 0) {
+        std::fill(c, c + out.size(), 0.0f);
+    } else {
+        detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
+    }
+    finish_rows(c, add, out, s.n, 0, rows);
+    return out;
+}
+
+void set_blas_threads(int threads) {
+    if (threads < 1) throw std::invalid_argument("set_blas_threads: threads must be at least 1, got " + std::to_string(threads));
+    openblas_set_num_threads(threads);
+    detail::onednn_set_threads(threads);
+}
+
+} // namespace mixprec::autodiff

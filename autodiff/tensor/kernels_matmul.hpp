@@ -1,0 +1,50 @@
+#pragma once
+/// Matrix products of tensors of any dtype, computed in float32 by a BLAS library and rounded once to
+/// the operands' dtype.
+///
+///   a (m, k)    @ b (k, n)    -> (m, n)
+///   a (B, m, k) @ b (B, k, n) -> (B, m, n)      batched
+///   a (B, m, k) @ b (k, n)    -> (B, m, n)      one b for every batch (a Dense layer over a sequence)
+/// with `transpose_a` / `transpose_b` applying to the last two axes of the stored operand.
+///
+/// float32 goes straight to OpenBLAS sgemm. float16, cbfloat16 and FP8 operands are widened to float32
+/// with the conversion kernels, multiplied by sgemm, and the product is rounded once. bfloat16 goes to
+/// oneDNN's matmul at the avx512_bf16 instruction-set level and above (isa.hpp), else the sgemm route.
+/// oneDNN multiplies with vdpbf16ps (or AMX's tdpbf16ps where the CPU has AMX and MIXPREC_ISA does not cap
+/// it; products of bfloat16 are exact in float32, sums in float32), adds the bias and rounds once to
+/// bfloat16 with vcvtneps2bf16, to nearest even. These instructions flush float32 subnormals to zero, in
+/// products and sums and in the rounding's input, so on this route a result smaller than 2^-126 in
+/// magnitude comes out as zero, as on the hardware; the sgemm route keeps it. Otherwise the two routes
+/// give the same product up to float32 summation order, which also differs between CPUs and thread
+/// counts (OpenBLAS and oneDNN pick their kernels and splits by both): each element c of a product of
+/// length k lies within γ_k Σ|a_i b_i| of the exact sum before its one rounding (γ_k = k u / (1 − k u),
+/// u = 2^-24).
+
+#include <mixprec/autodiff/tensor/tensor.hpp>
+
+namespace mixprec::autodiff {
+
+/// Which library multiplies bfloat16 operands (other dtypes always use sgemm).
+enum class MatmulBackend : unsigned char {
+    automatic, ///< oneDNN at the avx512_bf16 level and above, else sgemm
+    sgemm,     ///< widen to float32, OpenBLAS sgemm
+    onednn,    ///< oneDNN bf16 matmul (invalid_argument for other dtypes)
+};
+
+struct MatmulOptions {
+    bool transpose_a = false;
+    bool transpose_b = false;
+    MatmulBackend backend = MatmulBackend::automatic;
+};
+
+namespace kernels {
+/// a @ b, rounded once to the common dtype. shape_error names both shapes when they do not fit;
+/// dtype_error when the dtypes differ. (No autodiff: the recorded op is mixprec::autodiff::matmul.)
+/// A `bias` of shape (n,) and the same dtype is added to every row in float32, before the one rounding.
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {}, const Tensor* bias = nullptr);
+} // namespace kernels
+
+/// Sets the threads OpenBLAS and oneDNN use (both, so they never oversubscribe the cores).
+void set_blas_threads(int threads);
+
+} // namespace mixprec::autodiff

@@ -1,0 +1,98 @@
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/onednn_kernels.hpp>
+
+#include <omp.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+namespace mixprec::autodiff::detail {
+namespace {
+
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() { return onednn_engine(); }
+
+struct matmul_plan {
+    dnnl::memory::desc a, b, c, bias;
+    dnnl::matmul primitive;
+};
+
+matmul_plan make_plan(const gemm_shape& s, bool bf16_out, bool with_bias) {
+    const auto B = static_cast<dnnl::memory::dim>(s.batch), M = static_cast<dnnl::memory::dim>(s.m),
+               N = static_cast<dnnl::memory::dim>(s.n), K = static_cast<dnnl::memory::dim>(s.k);
+    // Logical shapes are (batch, m, k) @ (batch, k, n); strides describe how the operands are stored.
+    const dnnl::memory::desc a({B, M, K}, dt::bf16, s.transpose_a ? dims{M * K, 1, M} : dims{M * K, K, 1});
+    const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, dt::bf16, s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
+    const dnnl::memory::desc c({B, M, N}, bf16_out ? dt::bf16 : dt::f32, dims{M * N, N, 1});
+    const dnnl::memory::desc bias = with_bias ? dnnl::memory::desc({1, 1, N}, dt::bf16, dims{N, N, 1}) : dnnl::memory::desc();
+    const dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
+                                          engine());
+    return {a, b, c, bias, dnnl::matmul(pd)};
+}
+
+} // namespace
+
+/// oneDNN's own cap for a level MIXPREC_ISA named (oneDNN has no level below sse41).
+dnnl::cpu_isa onednn_isa(Isa level) {
+    switch (level) {
+    case Isa::portable: return dnnl::cpu_isa::sse41;
+    case Isa::avx2: return dnnl::cpu_isa::avx2;
+    case Isa::avx512: return dnnl::cpu_isa::avx512_core;
+    case Isa::avx512_bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    }
+    return dnnl::cpu_isa::all;
+}
+
+dnnl::engine& onednn_engine() {
+    static dnnl::engine e = [] {
+        // Before oneDNN's first primitive: it can be capped only once, before it dispatches anything.
+        if (const auto level = requested_isa()) {
+            try {
+                dnnl::set_max_cpu_isa(onednn_isa(*level));
+            } catch (const dnnl::error& error) {
+                throw isa_error("MIXPREC_ISA=" + std::string(name_of(*level)) +
+                                ": oneDNN was in use already and could not be capped (" + error.what() + ")");
+            }
+        }
+        return dnnl::engine(dnnl::engine::kind::cpu, 0);
+    }();
+    return e;
+}
+
+dnnl::stream& onednn_stream() {
+    thread_local dnnl::stream s(onednn_engine());
+    return s;
+}
+
+bool onednn_bf16_available() { return isa() >= Isa::avx512_bf16; }
+
+void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void* c, bool bf16_out, const void* bias) {
+    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, bool, bool>;
+    thread_local std::map<key_t, matmul_plan> plans; // primitive creation costs far more than a small product
+    const bool with_bias = bias != nullptr;
+    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b, bf16_out, with_bias};
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_plan(s, bf16_out, with_bias)).first;
+    const matmul_plan& p = it->second;
+
+    dnnl::stream& stream = onednn_stream();
+    dnnl::memory ma(p.a, engine(), const_cast<void*>(a)), mb(p.b, engine(), const_cast<void*>(b)), mc(p.c, engine(), c);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    if (with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, engine(), const_cast<void*>(bias)));
+    p.primitive.execute(stream, args);
+    stream.wait();
+}
+
+void onednn_set_threads(int threads) { omp_set_num_threads(threads); }
+
+unsigned onednn_effective_isa() {
+    onednn_engine(); // caps oneDNN if MIXPREC_ISA named a level
+    return static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+}
+
+} // namespace mixprec::autodiff::detail

@@ -1,0 +1,599 @@
+#include <mixprec/models/io/checkpoint.hpp>
+
+#include <mixprec/models/io/crc32c.hpp>
+#include <mixprec/models/io/serialization.hpp>
+
+#include <mixprec/amp/loss_scale_optimizer.hpp>
+
+#include <mixprec/version.hpp>
+
+#include <cereal/archives/portable_binary.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <istream>
+#include <map>
+#include <ostream>
+#include <streambuf>
+#include <system_error>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace mixprec::models {
+namespace {
+
+using autodiff::Variable;
+
+constexpr std::array<std::uint8_t, 8> magic = {'M', 'X', 'P', 'C', 'K', 'P', 'T', '\n'};
+constexpr std::size_t prefix_bytes = 20; // magic, version, body length
+constexpr std::size_t crc_bytes = 4;
+
+[[noreturn]] void fail(const std::string& message) { throw checkpoint_error(message); }
+
+std::string hex(std::uint32_t v) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s = "0x";
+    for (int shift = 28; shift >= 0; shift -= 4) s += digits[(v >> shift) & 0xF];
+    return s;
+}
+
+template <class T>
+void put_le(std::vector<std::uint8_t>& out, std::size_t at, T value) {
+    for (std::size_t i = 0; i < sizeof(T); ++i) out[at + i] = static_cast<std::uint8_t>(value >> (8 * i));
+}
+template <class T>
+T get_le(std::span<const std::uint8_t> in, std::size_t at) {
+    T v = 0;
+    for (std::size_t i = sizeof(T); i-- > 0;) v = static_cast<T>((v << 8) | in[at + i]);
+    return v;
+}
+
+// ---- streams over memory ----
+
+/// Appends everything written to a byte vector.
+class VectorSink final : public std::streambuf {
+  public:
+    explicit VectorSink(std::vector<std::uint8_t>& out) : out_(out) {}
+
+  protected:
+    std::streamsize xsputn(const char* s, std::streamsize n) override {
+        out_.insert(out_.end(), reinterpret_cast<const std::uint8_t*>(s), reinterpret_cast<const std::uint8_t*>(s) + n);
+        return n;
+    }
+    int_type overflow(int_type c) override {
+        if (!traits_type::eq_int_type(c, traits_type::eof())) out_.push_back(static_cast<std::uint8_t>(c));
+        return traits_type::not_eof(c);
+    }
+
+  private:
+    std::vector<std::uint8_t>& out_;
+};
+
+/// Reads from bytes in memory and says how many are left.
+class MemorySource final : public std::streambuf {
+  public:
+    explicit MemorySource(std::span<const std::uint8_t> bytes) {
+        // The get area is only read; std::streambuf merely declares it non-const.
+        char* begin = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
+        setg(begin, begin, begin + bytes.size());
+    }
+    std::size_t left() const { return static_cast<std::size_t>(egptr() - gptr()); }
+};
+
+/// A PortableBinary input archive whose loads check every length against the bytes left.
+class BoundedInputArchive final : public cereal::PortableBinaryInputArchive, public serialization::ByteBudget {
+  public:
+    BoundedInputArchive(std::istream& in, const MemorySource& source)
+        : cereal::PortableBinaryInputArchive(in), source_(source) {}
+    std::size_t bytes_left() const override { return source_.left(); }
+
+  private:
+    const MemorySource& source_;
+};
+
+// ---- the body ----
+
+struct Body {
+    CheckpointInfo info;
+    std::vector<std::vector<float>> masters;
+    OptimizerSnapshot optimizer;
+    std::optional<TrainingState> state;
+};
+
+std::vector<Variable> trainable_of(const std::vector<Variable>& variables) {
+    std::vector<Variable> trainable;
+    for (const Variable& v : variables)
+        if (v.trainable()) trainable.push_back(v);
+    return trainable;
+}
+
+std::string in_quotes(std::string_view s) {
+    std::string q = "'";
+    q += s;
+    q += "'";
+    return q;
+}
+
+/// Throws std::invalid_argument unless every slot of `snapshot` fits the trainable variables.
+void check_slots_fit(const OptimizerSnapshot& snapshot, const std::vector<Variable>& trainable) {
+    for (const SlotSnapshot& slot : snapshot.slots) {
+        std::string where = "save_checkpoint: the optimizer's slot ";
+        where += in_quotes(slot.name) + " of variable " + std::to_string(slot.variable);
+        if (slot.variable >= trainable.size())
+            throw std::invalid_argument(where + ", but there are only " + std::to_string(trainable.size()) +
+                                        " trainable variables: was the optimizer applied to other variables?");
+        const Variable& v = trainable[slot.variable];
+        if (slot.values.size() != v.value().size())
+            throw std::invalid_argument(where + " has " + std::to_string(slot.values.size()) +
+                                        " values, but trainable variable " + in_quotes(v.name()) + " has " +
+                                        std::to_string(v.value().size()) +
+                                        " elements: was the optimizer applied to other variables?");
+    }
+}
+
+std::vector<std::uint8_t> encode(const std::vector<Variable>& variables, std::string_view policy,
+                                 const optim::Optimizer& optimizer, const TrainingState* state) {
+    OptimizerSnapshot snapshot = snapshot_optimizer(optimizer);
+    check_slots_fit(snapshot, trainable_of(variables));
+
+    CheckpointInfo info;
+    info.mixprec_version = MIXPREC_VERSION_STRING;
+    info.policy = std::string(policy);
+    info.optimizer_kind = snapshot.kind;
+    info.iterations = snapshot.iterations;
+    info.has_training_state = state != nullptr;
+    if (state) info.epoch = state->epoch, info.step = state->step;
+    for (const Variable& v : variables) info.variables.push_back({v.name(), v.shape(), v.trainable()});
+
+    std::vector<std::uint8_t> out(prefix_bytes, 0);
+    std::copy(magic.begin(), magic.end(), out.begin());
+    put_le<std::uint32_t>(out, 8, checkpoint_format_version);
+    {
+        VectorSink sink(out);
+        std::ostream stream(&sink);
+        cereal::PortableBinaryOutputArchive ar(stream);
+        ar(info);
+        for (const Variable& v : variables) {
+            const auto values = v.value().data<float>();
+            ar(static_cast<std::uint64_t>(values.size()));
+            ar(cereal::binary_data(values.data(), values.size_bytes()));
+        }
+        ar(snapshot);
+        if (state) ar(*state);
+    }
+    put_le<std::uint64_t>(out, 12, out.size() - prefix_bytes);
+    const std::uint32_t crc = crc32c(out);
+    out.resize(out.size() + crc_bytes);
+    put_le<std::uint32_t>(out, out.size() - crc_bytes, crc);
+    return out;
+}
+
+/// Checks the frame (size, magic, version, body length, checksum) and returns the format version.
+std::uint32_t check_frame(std::span<const std::uint8_t> bytes) {
+    if (bytes.size() < prefix_bytes + crc_bytes)
+        fail(std::to_string(bytes.size()) + " bytes is too short for a checkpoint (at least " +
+             std::to_string(prefix_bytes + crc_bytes) + ")");
+    if (bytes.size() > max_checkpoint_bytes)
+        fail(std::to_string(bytes.size()) + " bytes exceeds the limit of " + std::to_string(max_checkpoint_bytes));
+    if (!std::equal(magic.begin(), magic.end(), bytes.begin())) fail("not a mixprec checkpoint (wrong magic bytes)");
+    const auto version = get_le<std::uint32_t>(bytes, 8);
+    if (version == 0) fail("invalid format version 0");
+    if (version > checkpoint_format_version)
+        fail("format version " + std::to_string(version) + " is newer than this mixprec (" MIXPREC_VERSION_STRING
+             ") reads (up to " + std::to_string(checkpoint_format_version) + "); use a newer mixprec");
+    const auto body = get_le<std::uint64_t>(bytes, 12);
+    const std::size_t actual = bytes.size() - prefix_bytes - crc_bytes;
+    if (body != actual)
+        fail("the header announces a body of " + std::to_string(body) + " bytes, the file holds " +
+             std::to_string(actual) + " (truncated or damaged)");
+    const auto stored = get_le<std::uint32_t>(bytes, bytes.size() - crc_bytes);
+    const std::uint32_t computed = crc32c(bytes.first(bytes.size() - crc_bytes));
+    if (stored != computed)
+        fail("checksum mismatch (stored " + hex(stored) + ", computed " + hex(computed) + "): the file is damaged");
+    return version;
+}
+
+/// Parses a framed checkpoint (after check_frame); only the header when `header_only`.
+Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool header_only) {
+    MemorySource source(bytes.subspan(prefix_bytes, bytes.size() - prefix_bytes - crc_bytes));
+    std::istream stream(&source);
+    Body body;
+    try {
+        BoundedInputArchive ar(stream, source);
+        ar(body.info);
+        if (body.info.format_version != version)
+            fail("the header says format version " + std::to_string(body.info.format_version) + ", the file " +
+                 std::to_string(version));
+        if (header_only) return body;
+        for (const VariableInfo& v : body.info.variables) {
+            std::vector<float> values;
+            serialization::load_floats(ar, "values", "values of variable " + in_quotes(v.name), values,
+                                       v.shape.elements());
+            body.masters.push_back(std::move(values));
+        }
+        ar(body.optimizer);
+        if (body.info.has_training_state) {
+            TrainingState state;
+            ar(state);
+            body.state = state;
+        }
+    } catch (const cereal::Exception& e) {
+        fail(std::string("malformed body: ") + e.what());
+    }
+    if (source.left() != 0) fail("malformed body: " + std::to_string(source.left()) + " bytes left over after the end");
+    const CheckpointInfo& info = body.info;
+    if (body.optimizer.kind != info.optimizer_kind)
+        fail("the header names optimizer " + in_quotes(info.optimizer_kind) + ", the body holds " +
+             in_quotes(body.optimizer.kind));
+    if (body.optimizer.iterations != info.iterations)
+        fail("the header says " + std::to_string(info.iterations) + " iterations, the optimizer " +
+             std::to_string(body.optimizer.iterations));
+    if (body.state && (body.state->epoch != info.epoch || body.state->step != info.step))
+        fail("the header says epoch " + std::to_string(info.epoch) + " step " + std::to_string(info.step) +
+             ", the training state epoch " + std::to_string(body.state->epoch) + " step " +
+             std::to_string(body.state->step));
+    return body;
+}
+
+/// Throws checkpoint_error unless the checkpoint was written for these variables under this policy.
+void check_model(const CheckpointInfo& info, const std::vector<Variable>& variables, std::string_view policy) {
+    if (info.policy != policy)
+        fail("the checkpoint was saved under policy " + in_quotes(info.policy) + ", the model uses " +
+             in_quotes(policy));
+    // Names and shapes first, pairwise, so that a different model is named by its first different variable.
+    for (std::size_t i = 0; i < std::min(variables.size(), info.variables.size()); ++i) {
+        const VariableInfo& saved = info.variables[i];
+        const Variable& v = variables[i];
+        const std::string where = "variable " + std::to_string(i) + " ";
+        if (saved.name != v.name())
+            fail(where + "is " + in_quotes(saved.name) + " in the checkpoint, " + in_quotes(v.name()) +
+                 " in the model");
+        if (saved.shape != v.shape())
+            fail(where + in_quotes(v.name()) + " has shape " + saved.shape.to_string() + " in the checkpoint, " +
+                 v.shape().to_string() + " in the model");
+        if (saved.trainable != v.trainable())
+            fail(where + in_quotes(v.name()) + " is " + (saved.trainable ? "trainable" : "not trainable") +
+                 " in the checkpoint, " + (v.trainable() ? "trainable" : "not trainable") + " in the model");
+    }
+    if (info.variables.size() != variables.size())
+        fail("the checkpoint holds " + std::to_string(info.variables.size()) + " variables, the model has " +
+             std::to_string(variables.size()) + (variables.empty() ? " (is it built?)" : ""));
+}
+
+// ---- optimizer restore: checks first, then changes ----
+
+using SlotKey = std::pair<std::string, std::uint64_t>;
+
+std::string slot_text(const SlotKey& key) {
+    return "slot " + in_quotes(key.first) + " of variable " + std::to_string(key.second);
+}
+
+/// Throws unless the optimizer's current slots are exactly the snapshot's (names, variables, sizes).
+void check_same_slots(const std::vector<optim::Optimizer::Slot>& current, const std::vector<SlotSnapshot>& saved) {
+    std::map<SlotKey, std::size_t> have;
+    for (const auto& s : current) have[{s.name, s.variable}] = s.values.size();
+    std::map<SlotKey, std::size_t> want;
+    for (const auto& s : saved) want[{s.name, s.variable}] = s.values.size();
+    for (const auto& [key, size] : want) {
+        const auto it = have.find(key);
+        if (it == have.end()) fail("the checkpoint has optimizer " + slot_text(key) + ", the optimizer has not");
+        if (it->second != size)
+            fail("optimizer " + slot_text(key) + " has " + std::to_string(size) + " values in the checkpoint, " +
+                 std::to_string(it->second) + " in the optimizer");
+    }
+    for (const auto& [key, size] : have)
+        if (!want.contains(key)) fail("the optimizer has " + slot_text(key) + ", the checkpoint has not");
+}
+
+struct OptimizerRestore {
+    optim::Optimizer& optimizer;
+    const OptimizerSnapshot& snapshot;
+    const std::vector<Variable>& variables;
+    amp::LossScaleOptimizer* loss_scaled = nullptr;
+    std::optional<amp::LossScale> scale;
+};
+
+OptimizerRestore prepare_restore(optim::Optimizer& optimizer, const OptimizerSnapshot& snapshot,
+                                 const std::vector<Variable>& variables) {
+    OptimizerRestore r{optimizer, snapshot, variables, nullptr, std::nullopt};
+    if (snapshot.kind != optimizer.kind())
+        fail("the checkpoint holds optimizer " + in_quotes(snapshot.kind) + ", the optimizer given is " +
+             in_quotes(optimizer.kind()));
+    if (snapshot.iterations < 0) fail("negative iteration count " + std::to_string(snapshot.iterations));
+    r.loss_scaled = dynamic_cast<amp::LossScaleOptimizer*>(&optimizer);
+    if (r.loss_scaled && !snapshot.loss_scale)
+        fail("the checkpoint holds no loss-scale state for " + in_quotes(snapshot.kind));
+    if (!r.loss_scaled && snapshot.loss_scale)
+        fail("the checkpoint holds loss-scale state, but the optimizer is no LossScaleOptimizer");
+    if (snapshot.loss_scale) {
+        const LossScaleSnapshot& ls = *snapshot.loss_scale;
+        try {
+            r.scale.emplace(ls.options);
+            r.scale->set_state(ls.state);
+        } catch (const std::invalid_argument& e) {
+            fail(std::string("invalid loss scale: ") + e.what());
+        }
+        if (ls.skipped_steps < 0) fail("negative skipped step count " + std::to_string(ls.skipped_steps));
+    }
+    if (!snapshot.built && !snapshot.slots.empty()) fail("an optimizer that was never built cannot have slots");
+    std::map<SlotKey, bool> seen;
+    for (const SlotSnapshot& slot : snapshot.slots) {
+        const SlotKey key{slot.name, slot.variable};
+        if (!seen.emplace(key, true).second) fail("optimizer " + slot_text(key) + " appears twice");
+        if (slot.variable >= variables.size())
+            fail("optimizer " + slot_text(key) + ": there are " + std::to_string(variables.size()) +
+                 " trainable variables");
+        const Variable& v = variables[slot.variable];
+        if (slot.values.size() != v.value().size())
+            fail("optimizer " + slot_text(key) + " has " + std::to_string(slot.values.size()) + " values, variable " +
+                 in_quotes(v.name()) + " " + std::to_string(v.value().size()));
+    }
+    if (optimizer.built()) {
+        try {
+            optimizer.build(variables); // built already: only checks the variables
+        } catch (const std::invalid_argument& e) {
+            fail(std::string("the optimizer was built for other variables: ") + e.what());
+        }
+        if (snapshot.built) check_same_slots(optimizer.slots(), snapshot.slots);
+    }
+    return r;
+}
+
+void commit_restore(OptimizerRestore& r) {
+    optim::Optimizer& opt = r.optimizer;
+    if (r.snapshot.built) {
+        if (!opt.built()) {
+            try {
+                opt.build(r.variables);
+            } catch (const std::invalid_argument& e) {
+                fail(std::string("cannot build the optimizer: ") + e.what());
+            }
+            check_same_slots(opt.slots(), r.snapshot.slots); // the one check that needs a built optimizer
+        }
+        for (const SlotSnapshot& slot : r.snapshot.slots) {
+            const std::span<float> target = opt.slot_data(slot.name, static_cast<std::size_t>(slot.variable));
+            std::copy(slot.values.begin(), slot.values.end(), target.begin());
+        }
+    } else if (opt.built()) { // saved before the first step: slots as a fresh optimizer has them
+        for (const auto& slot : opt.slots()) {
+            const std::span<float> target = opt.slot_data(slot.name, slot.variable);
+            std::fill(target.begin(), target.end(), 0.0f);
+        }
+    }
+    opt.set_iterations(r.snapshot.iterations);
+    if (r.loss_scaled) {
+        const LossScaleSnapshot& ls = *r.snapshot.loss_scale;
+        r.loss_scaled->loss_scale() = *r.scale;
+        r.loss_scaled->set_counters(ls.skipped_steps, ls.last_step_skipped, ls.last_gradient_norm);
+    }
+}
+
+// ---- files ----
+
+class FileDescriptor {
+  public:
+    explicit FileDescriptor(int fd) : fd_(fd) {}
+    ~FileDescriptor() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    FileDescriptor(const FileDescriptor&) = delete;
+    FileDescriptor& operator=(const FileDescriptor&) = delete;
+    int get() const { return fd_; }
+    /// Closes now, returning close()'s result.
+    int close() {
+        const int r = ::close(fd_);
+        fd_ = -1;
+        return r;
+    }
+
+  private:
+    int fd_;
+};
+
+std::string system_reason(int error) { return std::generic_category().message(error); }
+
+std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
+    FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) fail("cannot open: " + system_reason(errno));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) fail("cannot stat: " + system_reason(errno));
+    if (!S_ISREG(st.st_mode)) fail("not a regular file");
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    if (size > max_checkpoint_bytes)
+        fail(std::to_string(size) + " bytes exceeds the limit of " + std::to_string(max_checkpoint_bytes));
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail("cannot read: " + system_reason(errno));
+        if (n == 0) break; // the file shrank: the frame check reports it
+        done += static_cast<std::size_t>(n);
+    }
+    bytes.resize(done);
+    return bytes;
+}
+
+std::filesystem::path numbered(const std::filesystem::path& path, std::size_t i) {
+    std::filesystem::path p = path;
+    p += "." + std::to_string(i);
+    return p;
+}
+
+/// Renames path.(K-2) → path.(K-1), …, path.1 → path.2 and links (or copies) path to path.1.
+void rotate(const std::filesystem::path& path, std::size_t keep_last) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (std::size_t i = keep_last - 1; i >= 2; --i) {
+        const fs::path from = numbered(path, i - 1);
+        if (!fs::exists(from, ec)) continue;
+        fs::rename(from, numbered(path, i), ec);
+        if (ec) fail("cannot rename " + from.string() + ": " + ec.message());
+    }
+    if (!fs::exists(path, ec)) return;
+    const fs::path first = numbered(path, 1);
+    fs::remove(first, ec);
+    if (ec) fail("cannot remove " + first.string() + ": " + ec.message());
+    fs::create_hard_link(path, first, ec);
+    if (ec) {
+        ec.clear();
+        fs::copy_file(path, first, fs::copy_options::overwrite_existing, ec);
+        if (ec) fail("cannot copy to " + first.string() + ": " + ec.message());
+    }
+}
+
+void fsync_directory(const std::filesystem::path& dir) {
+    FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (fd.get() < 0) fail("cannot open directory " + dir.string() + ": " + system_reason(errno));
+    if (::fsync(fd.get()) != 0 && errno != EINVAL) // EINVAL: the file system cannot sync directories
+        fail("cannot sync directory " + dir.string() + ": " + system_reason(errno));
+}
+
+void write_atomically(const std::filesystem::path& path, std::span<const std::uint8_t> bytes, std::size_t keep_last) {
+    std::filesystem::path tmp = path;
+    tmp += ".tmp";
+    bool created = false;
+    try {
+        FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        if (fd.get() < 0) fail("cannot create " + tmp.string() + ": " + system_reason(errno));
+        created = true;
+        std::size_t done = 0;
+        while (done < bytes.size()) {
+            const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) fail("cannot write " + tmp.string() + ": " + system_reason(errno));
+            done += static_cast<std::size_t>(n);
+        }
+        if (::fsync(fd.get()) != 0) fail("cannot sync " + tmp.string() + ": " + system_reason(errno));
+        if (fd.close() != 0) fail("cannot close " + tmp.string() + ": " + system_reason(errno));
+        if (keep_last > 1) rotate(path, keep_last);
+        if (::rename(tmp.c_str(), path.c_str()) != 0)
+            fail("cannot rename " + tmp.string() + " to " + path.string() + ": " + system_reason(errno));
+        created = false;
+    } catch (...) {
+        if (created) ::unlink(tmp.c_str());
+        throw;
+    }
+    const std::filesystem::path dir = path.parent_path();
+    fsync_directory(dir.empty() ? std::filesystem::path(".") : dir);
+}
+
+/// Runs f, prefixing the message of a checkpoint_error with `where`.
+template <class F>
+auto located(const std::string& where, F f) {
+    try {
+        return f();
+    } catch (const checkpoint_error& e) {
+        throw checkpoint_error(where + e.what());
+    }
+}
+
+std::string at(const std::filesystem::path& path) { return "checkpoint " + in_quotes(path.string()) + ": "; }
+
+void load_from(std::span<const std::uint8_t> bytes, const std::vector<Variable>& variables, std::string_view policy,
+               optim::Optimizer& optimizer, TrainingState* state) {
+    const std::uint32_t version = check_frame(bytes);
+    std::uint64_t needed = 0;
+    for (const Variable& v : variables) needed += v.value().size() * sizeof(float);
+    if (bytes.size() < needed + prefix_bytes + crc_bytes)
+        fail(std::to_string(bytes.size()) + " bytes cannot hold the model's " + std::to_string(needed / sizeof(float)) +
+             " float32 values");
+    const Body body = decode(bytes, version, false);
+    check_model(body.info, variables, policy);
+    if (state && !body.state) fail("the checkpoint holds no training state");
+    const std::vector<Variable> trainable = trainable_of(variables);
+    OptimizerRestore restore = prepare_restore(optimizer, body.optimizer, trainable);
+    // Everything matched: now change things, the optimizer first (its build is the only step that can fail).
+    commit_restore(restore);
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+        Variable v = variables[i];
+        v.assign(autodiff::Tensor::from_floats(v.shape(), body.masters[i]));
+    }
+    if (state) *state = *body.state;
+}
+
+} // namespace
+
+// ---- public ----
+
+std::string CheckpointInfo::to_string() const {
+    std::size_t parameters = 0;
+    for (const auto& v : variables) parameters += v.shape.elements();
+    std::string s = "mixprec checkpoint, format " + std::to_string(format_version) + ", written by mixprec " +
+                    mixprec_version + "\n";
+    s += "  policy: " + policy + "\n";
+    s += "  optimizer: " + optimizer_kind + ", " + std::to_string(iterations) + " steps applied\n";
+    if (has_training_state)
+        s += "  training: epoch " + std::to_string(epoch) + ", step " + std::to_string(step) + "\n";
+    else
+        s += "  training: no state saved\n";
+    s += "  variables: " + std::to_string(variables.size()) + " (" + std::to_string(parameters) + " parameters)\n";
+    for (const auto& v : variables) {
+        s += "    ";
+        s += v.name;
+        s += " ";
+        s += v.shape.to_string();
+        s += v.trainable ? "\n" : " (not trainable)\n";
+    }
+    return s;
+}
+
+OptimizerSnapshot snapshot_optimizer(const optim::Optimizer& optimizer) {
+    OptimizerSnapshot s;
+    s.kind = optimizer.kind();
+    s.iterations = optimizer.iterations();
+    s.built = optimizer.built();
+    for (const auto& slot : optimizer.slots())
+        s.slots.push_back({slot.name, slot.variable, std::vector<float>(slot.values.begin(), slot.values.end())});
+    if (const auto* lso = dynamic_cast<const amp::LossScaleOptimizer*>(&optimizer))
+        s.loss_scale = LossScaleSnapshot{lso->loss_scale().options(), lso->loss_scale().state(), lso->skipped_steps(),
+                                         lso->last_step_skipped(), lso->last_gradient_norm()};
+    return s;
+}
+
+void restore_optimizer(optim::Optimizer& optimizer, const OptimizerSnapshot& snapshot,
+                       const std::vector<autodiff::Variable>& variables) {
+    OptimizerRestore restore = prepare_restore(optimizer, snapshot, variables);
+    commit_restore(restore);
+}
+
+std::vector<std::uint8_t> checkpoint_bytes(const std::vector<autodiff::Variable>& variables, std::string_view policy,
+                                           const optim::Optimizer& optimizer, const TrainingState* state) {
+    return encode(variables, policy, optimizer, state);
+}
+
+void load_checkpoint_bytes(std::span<const std::uint8_t> bytes, const std::vector<autodiff::Variable>& variables,
+                           std::string_view policy, optim::Optimizer& optimizer, TrainingState* state) {
+    located("checkpoint: ", [&] { load_from(bytes, variables, policy, optimizer, state); });
+}
+
+CheckpointInfo read_checkpoint_info(std::span<const std::uint8_t> bytes) {
+    return located("checkpoint: ", [&] { return decode(bytes, check_frame(bytes), true).info; });
+}
+
+void save_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
+                     std::string_view policy, const optim::Optimizer& optimizer, const TrainingState* state,
+                     SaveOptions options) {
+    if (options.keep_last == 0) throw std::invalid_argument("save_checkpoint: keep_last must be ≥ 1, got 0");
+    const std::vector<std::uint8_t> bytes = encode(variables, policy, optimizer, state);
+    located(at(path), [&] { write_atomically(path, bytes, options.keep_last); });
+}
+
+void load_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
+                     std::string_view policy, optim::Optimizer& optimizer, TrainingState* state) {
+    located(at(path), [&] { load_from(read_file(path), variables, policy, optimizer, state); });
+}
+
+CheckpointInfo read_checkpoint_info(const std::filesystem::path& path) {
+    return located(at(path), [&] {
+        const std::vector<std::uint8_t> bytes = read_file(path);
+        return decode(bytes, check_frame(bytes), true).info;
+    });
+}
+
+} // namespace mixprec::models

@@ -1,0 +1,169 @@
+#pragma once
+/// Checkpoint files: everything a training run needs to continue as if it had never stopped — the
+/// float32 masters (working copies are derived from them), every optimizer slot and counter, the loss
+/// scaler's options and state, the learning-rate schedule's position (the optimizer's iteration count),
+/// and optionally the TrainingState (position in the data, running sums, random generators).
+///
+///   models::save_checkpoint("run.ckpt", model, opt, &state, {.keep_last = 3});
+///   models::load_checkpoint("run.ckpt", model, opt, &state);   // same model, optimizer kind and policy
+///
+/// File layout (all integers little-endian):
+///
+///   offset 0    8 bytes   magic "MXPCKPT\n"
+///   offset 8    uint32    format version (checkpoint_format_version)
+///   offset 12   uint64    body length B
+///   offset 20   B bytes   body: a cereal PortableBinary archive (header, masters, optimizer, training state)
+///   offset 20+B uint32    CRC-32C of every byte before it
+///
+/// The body begins with a small header (CheckpointInfo: mixprec version, policy, optimizer kind, variable
+/// names and shapes) that read_checkpoint_info returns without touching a model.
+///
+/// Writing is atomic: the file is written to "<path>.tmp" in the same directory, flushed to disk (fsync of
+/// the file, then of the directory) and renamed over `path`; a crash at any moment leaves the old file or
+/// the new one, never a mix. Two saves to the same path must not run at the same time.
+///
+/// Loading checks before it allocates or changes anything: the file's size (at most max_checkpoint_bytes),
+/// magic, version and checksum first, then every count and size against the bytes that are left, then
+/// the contents against the model and optimizer given. The model, optimizer and state are changed only
+/// once all of it has passed; any problem is a checkpoint_error saying what is wrong.
+
+#include <mixprec/models/io/training_state.hpp>
+
+#include <mixprec/amp/loss_scale.hpp>
+#include <mixprec/autodiff/tensor/shape.hpp>
+#include <mixprec/autodiff/variable.hpp>
+#include <mixprec/optim/optimizer.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mixprec::models {
+
+/// A checkpoint that cannot be written, read or applied: the message says what and why.
+class checkpoint_error : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+/// The format this version of mixprec writes, and the newest it reads.
+inline constexpr std::uint32_t checkpoint_format_version = 1;
+/// Larger files are refused before they are read.
+inline constexpr std::uint64_t max_checkpoint_bytes = std::uint64_t{4} << 30; // 4 GiB
+
+/// One variable as the checkpoint describes it.
+struct VariableInfo {
+    std::string name;
+    autodiff::Shape shape;
+    bool trainable = true;
+    friend bool operator==(const VariableInfo&, const VariableInfo&) = default;
+};
+
+/// The readable header of a checkpoint.
+struct CheckpointInfo {
+    std::uint32_t format_version = checkpoint_format_version;
+    std::string mixprec_version;      ///< of the program that wrote it, "0.1.0"
+    std::string policy;               ///< "float32", "mixed_float16", ...
+    std::string optimizer_kind;       ///< Optimizer::kind(): "sgd", "adam", "loss_scale(adam)", ...
+    std::int64_t iterations = 0;      ///< applied optimizer steps (the schedule's position)
+    bool has_training_state = false;
+    std::int64_t epoch = 0;           ///< TrainingState::epoch (0 without a training state)
+    std::int64_t step = 0;            ///< TrainingState::step (0 without a training state)
+    std::vector<VariableInfo> variables;
+
+    /// A few lines for people: "mixprec checkpoint, format 1, written by mixprec 0.1.0\n  policy ...".
+    std::string to_string() const;
+    friend bool operator==(const CheckpointInfo&, const CheckpointInfo&) = default;
+};
+
+/// One slot of one variable, as Optimizer::slots() gives it.
+struct SlotSnapshot {
+    std::string name;            ///< "momentum", "m", "v", "v_max"
+    std::uint64_t variable = 0;  ///< position among the optimizer's variables
+    std::vector<float> values;
+    friend bool operator==(const SlotSnapshot&, const SlotSnapshot&) = default;
+};
+
+/// What an amp::LossScaleOptimizer keeps besides its inner optimizer.
+struct LossScaleSnapshot {
+    amp::LossScaleOptions options;
+    amp::LossScaleState state;
+    std::int64_t skipped_steps = 0;
+    bool last_step_skipped = false;
+    double last_gradient_norm = 0;
+};
+
+/// The whole state of an optimizer (amp::LossScaleOptimizer included), detached from it.
+struct OptimizerSnapshot {
+    std::string kind;                ///< Optimizer::kind()
+    std::int64_t iterations = 0;
+    bool built = false;              ///< false: no step was taken and no slot exists yet
+    std::vector<SlotSnapshot> slots; ///< every slot of every variable, in Optimizer::slots() order
+    std::optional<LossScaleSnapshot> loss_scale; ///< set exactly for an amp::LossScaleOptimizer
+};
+
+/// Copies the state of `optimizer` (its slots, iteration count and, for an amp::LossScaleOptimizer, the
+/// loss-scale options, state and counters).
+OptimizerSnapshot snapshot_optimizer(const optim::Optimizer& optimizer);
+
+/// Puts `snapshot` back into `optimizer`, whose variables are `variables` (those it is applied to, in the
+/// same order). Checks first, changing nothing on failure: the kinds must be equal, every slot must name
+/// a variable of the right size and, when the optimizer is already built, match its slots one for one.
+/// An optimizer that is not built yet is built first; if its slots then differ from the snapshot's (the
+/// same kind with other options: SGD with and without momentum), the load fails and leaves it built with
+/// zero slots and its old iteration count, which behaves exactly as the unbuilt one.
+/// checkpoint_error for any mismatch (naming both sides).
+void restore_optimizer(optim::Optimizer& optimizer, const OptimizerSnapshot& snapshot,
+                       const std::vector<autodiff::Variable>& variables);
+
+/// Options of save_checkpoint.
+struct SaveOptions {
+    /// Checkpoints to keep (≥ 1). With K > 1, the previous files are kept as "<path>.1" (newest) up to
+    /// "<path>.<K-1>" (oldest): before the new file replaces `path`, "<path>.<i>" is renamed to
+    /// "<path>.<i+1>" for i = K-2 … 1 and the current `path` is hard-linked (copied where links are not
+    /// supported) to "<path>.1", so `path` itself is never missing. Files numbered K or more are left alone.
+    std::size_t keep_last = 1;
+};
+
+/// Writes a checkpoint of `variables` (all of them: names, shapes, trainable flags, float32 masters),
+/// computed under dtype policy `policy`, with `optimizer` and, if given, `state`. The optimizer works on
+/// the trainable variables among `variables`, in order (as Sequential::trainable_variables()).
+/// Atomic, as the file comment says. std::invalid_argument for keep_last == 0 or an optimizer whose slots
+/// do not fit the trainable variables; checkpoint_error naming the path and the system's reason when the
+/// file cannot be written (the previous file is then left as it was, and no temporary file remains).
+void save_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
+                     std::string_view policy, const optim::Optimizer& optimizer,
+                     const TrainingState* state = nullptr, SaveOptions options = {});
+
+/// Restores `variables`, `optimizer` and, if given, `state` from the checkpoint at `path`. The checkpoint
+/// must have been written for the same variables (names, shapes and trainable flags, in order), under the
+/// same policy, for an optimizer of the same kind, and must hold a training state if `state` is given;
+/// otherwise checkpoint_error says what differs (the variable, both shapes; both kinds; both policies).
+/// Also checkpoint_error for a file that is missing, unreadable, larger than max_checkpoint_bytes, of a
+/// newer format version, damaged (checksum) or malformed. On any error nothing is changed (see
+/// restore_optimizer for the one exception: an unbuilt optimizer may be left built with zero slots).
+/// Working copies are re-derived from the restored masters on their next read.
+void load_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
+                     std::string_view policy, optim::Optimizer& optimizer, TrainingState* state = nullptr);
+
+/// The header of the checkpoint at `path`, for messages such as "resuming from epoch 3, step 1250". The
+/// file's size, magic, version and checksum are checked as load_checkpoint does; only the header is
+/// parsed. checkpoint_error as load_checkpoint for files that are missing, unreadable or damaged.
+CheckpointInfo read_checkpoint_info(const std::filesystem::path& path);
+
+/// The bytes save_checkpoint would write (same arguments and errors, without the file).
+std::vector<std::uint8_t> checkpoint_bytes(const std::vector<autodiff::Variable>& variables, std::string_view policy,
+                                           const optim::Optimizer& optimizer, const TrainingState* state = nullptr);
+/// load_checkpoint from bytes in memory (same checks, errors and guarantees).
+void load_checkpoint_bytes(std::span<const std::uint8_t> bytes, const std::vector<autodiff::Variable>& variables,
+                           std::string_view policy, optim::Optimizer& optimizer, TrainingState* state = nullptr);
+/// read_checkpoint_info from bytes in memory.
+CheckpointInfo read_checkpoint_info(std::span<const std::uint8_t> bytes);
+
+} // namespace mixprec::models

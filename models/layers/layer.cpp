@@ -1,0 +1,68 @@
+#include <mixprec/models/layers/layer.hpp>
+
+#include <mixprec/autodiff/ops_elementwise.hpp>
+
+#include <stdexcept>
+
+namespace mixprec::models {
+
+void Layer::set_name(std::string name) {
+    if (built_) throw std::logic_error("layer '" + name_ + "': cannot rename a built layer");
+    name_ = std::move(name);
+}
+
+void Layer::set_policy(amp::Policy policy) {
+    if (built_) throw std::logic_error("layer '" + name_ + "': set its policy before building it");
+    own_policy_ = std::move(policy);
+}
+
+const amp::Policy& Layer::policy() const {
+    if (built_policy_) return *built_policy_;
+    if (own_policy_) return *own_policy_;
+    return amp::global_policy();
+}
+
+Shape Layer::build(const Shape& input_shape, Rng& init_rng) {
+    if (built_) throw std::logic_error("layer '" + name_ + "' is already built");
+    built_policy_ = policy();
+    try {
+        output_shape_ = do_build(input_shape, init_rng);
+    } catch (...) {
+        built_policy_.reset();
+        throw;
+    }
+    input_shape_ = input_shape;
+    built_ = true;
+    return output_shape_;
+}
+
+Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
+    if (!built_) throw std::logic_error("layer '" + name_ + "' is called before it is built");
+    const Shape& s = x.shape();
+    bool fits = s.rank() == input_shape_.rank() + 1;
+    for (std::size_t i = 0; fits && i < input_shape_.rank(); ++i) fits = s[i + 1] == input_shape_[i];
+    if (!fits) {
+        std::string message = "layer '";
+        message += name_;
+        message += "' (" + kind() + ") expects batches of examples of shape " + input_shape_.to_string();
+        message += ", got a tensor of shape " + s.to_string();
+        throw autodiff::shape_error(message);
+    }
+    const autodiff::Dtype compute = policy().compute_dtype();
+    if (keeps_input_dtype() || x.dtype() == compute) return forward(x, context);
+    return forward(autodiff::cast(x, compute), context);
+}
+
+std::size_t Layer::count_params() const {
+    std::size_t n = 0;
+    for (const Variable& v : variables()) n += v.shape().elements();
+    return n;
+}
+
+Variable Layer::make_variable(const Tensor& initial, const std::string& name, bool trainable) const {
+    Variable v(initial, name_ + "/" + name, trainable);
+    v.set_working_dtype(policy().compute_dtype());
+    return v;
+}
+
+} // namespace mixprec::models

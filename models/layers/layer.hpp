@@ -1,0 +1,92 @@
+#pragma once
+/// Layer: the unit models are built from, as in Keras. A layer is configured when constructed, builds
+/// its variables when it first learns its input shape, and is then called on batches.
+///
+/// Every layer follows a dtype policy (its own, or the global one at the moment it is built): its
+/// variables are float32 masters whose working copies are in the policy's compute dtype, and a call casts
+/// a floating input to that dtype first (recorded on the tape), so a float32 batch fed to a
+/// mixed_float16 model is computed in float16 from the first layer on.
+///
+/// Shapes given to build() and returned by it are per example: without the batch axis.
+
+#include <mixprec/amp/policy.hpp>
+#include <mixprec/autodiff/tensor/rng.hpp>
+#include <mixprec/autodiff/tensor/tensor.hpp>
+#include <mixprec/autodiff/variable.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mixprec::models {
+
+using autodiff::Rng;
+using autodiff::Shape;
+using autodiff::Tensor;
+using autodiff::Variable;
+
+/// What a call needs besides its input.
+struct CallContext {
+    bool training = false;     ///< dropout is active only when training
+    Rng* dropout_rng = nullptr; ///< required by Dropout when training
+};
+
+class Layer {
+  public:
+    virtual ~Layer() = default;
+
+    /// "Dense", "Conv2D", ... (Keras's class names).
+    virtual std::string kind() const = 0;
+    /// Unique within a model; Sequential names unnamed layers after their kind ("dense", "dense_1").
+    const std::string& name() const { return name_; }
+    void set_name(std::string name);
+
+    /// The policy given to this layer, if any (otherwise the global policy is used at build).
+    void set_policy(amp::Policy policy);
+    /// The policy in effect: the layer's own, else the one the layer was built with, else the global one.
+    const amp::Policy& policy() const;
+
+    /// Creates the variables for examples of `input_shape` (initial values drawn from `init_rng`) and
+    /// returns the shape of one output example. Fixes the policy. shape_error naming the layer, the shape
+    /// it got and the shape it expects when the input does not fit. Building twice is a logic_error.
+    Shape build(const Shape& input_shape, Rng& init_rng);
+    bool built() const { return built_; }
+    const Shape& input_shape() const { return input_shape_; }
+    const Shape& output_shape() const { return output_shape_; }
+
+    /// Forward pass on a batch (batch axis first): casts a floating input to the compute dtype, checks
+    /// the per-example shape against the built one (shape_error naming both), then calls forward().
+    Tensor operator()(const Tensor& x, const CallContext& context = {});
+
+    /// Every variable of the layer (trainable or not) in a fixed order, named "<layer>/<variable>".
+    virtual std::vector<Variable> variables() const { return {}; }
+    std::size_t count_params() const;
+
+    /// A description of the configuration for summaries: "units=512, activation=relu".
+    virtual std::string config() const { return {}; }
+
+  protected:
+    Layer() = default;
+    Layer(const Layer&) = default;
+    Layer& operator=(const Layer&) = default;
+
+    /// Creates the variables (built policy in policy()) and returns the output example shape.
+    virtual Shape do_build(const Shape& input_shape, Rng& init_rng) = 0;
+    /// The computation, on x already in the compute dtype with the built example shape.
+    virtual Tensor forward(const Tensor& x, const CallContext& context) = 0;
+    /// For layers whose input is not a floating batch to cast (Embedding reads ids): true keeps x as is.
+    virtual bool keeps_input_dtype() const { return false; }
+    /// A float32 master initialized from `initial`, set to the policy's compute dtype, named "<layer>/<name>".
+    Variable make_variable(const Tensor& initial, const std::string& name, bool trainable = true) const;
+
+  private:
+    std::string name_;
+    std::optional<amp::Policy> own_policy_;
+    std::optional<amp::Policy> built_policy_;
+    bool built_ = false;
+    Shape input_shape_;
+    Shape output_shape_;
+};
+
+} // namespace mixprec::models

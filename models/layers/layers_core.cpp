@@ -1,0 +1,161 @@
+// The core layers: Dense, Flatten, Activation, Dropout, and the named activations (see layers_core.hpp).
+
+#include <mixprec/models/layers/layers_core.hpp>
+
+#include <mixprec/models/layers/initializers.hpp>
+
+#include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/autodiff/ops_matmul.hpp>
+#include <mixprec/autodiff/ops_nn.hpp>
+#include <mixprec/autodiff/ops_shape.hpp>
+
+#include <array>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace mixprec::models {
+namespace {
+
+constexpr std::array<std::string_view, 6> activation_names{"", "linear", "relu", "gelu", "tanh", "sigmoid"};
+
+} // namespace
+
+void check_activation(std::string_view name) {
+    for (std::string_view valid : activation_names)
+        if (name == valid) return;
+    std::string message = "unknown activation '";
+    message += name;
+    message += "': valid names are \"\" and \"linear\" (identity), \"relu\", \"gelu\", \"tanh\", \"sigmoid\"";
+    throw std::invalid_argument(message);
+}
+
+Tensor apply_activation(const Tensor& x, std::string_view name) {
+    if (name.empty() || name == "linear") return x;
+    if (name == "relu") return autodiff::relu(x);
+    if (name == "gelu") return autodiff::gelu(x);
+    if (name == "tanh") return autodiff::tanh(x);
+    if (name == "sigmoid") return autodiff::sigmoid(x);
+    check_activation(name); // throws
+    return x;
+}
+
+std::string describe_layer(const Layer& layer) {
+    if (layer.name().empty()) return layer.kind() + " layer";
+    std::string s = "layer '";
+    s += layer.name();
+    s += "' (";
+    s += layer.kind();
+    s += ")";
+    return s;
+}
+
+void throw_input_shape_error(const Layer& layer, const Shape& got, std::string_view expected) {
+    std::string message = describe_layer(layer);
+    message += " needs examples of shape ";
+    message += expected;
+    message += ", got ";
+    message += got.to_string();
+    throw autodiff::shape_error(message);
+}
+
+// ---- Dense ----
+
+Dense::Dense(std::size_t units, std::string activation, bool use_bias)
+    : units_(units), activation_(std::move(activation)), use_bias_(use_bias) {
+    if (units_ == 0) throw std::invalid_argument("Dense: units must be > 0, got 0");
+    check_activation(activation_);
+}
+
+std::string Dense::config() const {
+    std::string c = "units=";
+    c += std::to_string(units_);
+    if (!activation_.empty()) {
+        c += ", activation=";
+        c += activation_;
+    }
+    if (!use_bias_) c += ", use_bias=false";
+    return c;
+}
+
+std::vector<Variable> Dense::variables() const {
+    std::vector<Variable> v;
+    if (kernel_) v.push_back(*kernel_);
+    if (bias_) v.push_back(*bias_);
+    return v;
+}
+
+Shape Dense::do_build(const Shape& input_shape, Rng& init_rng) {
+    if (input_shape.rank() == 0) throw_input_shape_error(*this, input_shape, "(..., in) (rank >= 1)");
+    const std::size_t in = input_shape[input_shape.rank() - 1];
+    kernel_ = make_variable(glorot_uniform(Shape{in, units_}, in, units_, init_rng), "kernel");
+    if (use_bias_) bias_ = make_variable(zeros(Shape{units_}), "bias");
+    std::vector<std::size_t> out(input_shape.begin(), input_shape.end());
+    out.back() = units_;
+    return Shape(std::span<const std::size_t>(out));
+}
+
+Tensor Dense::forward(const Tensor& x, const CallContext&) {
+    const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
+    if (x.rank() == 2) return apply_activation(autodiff::dense(x, kernel_->read(), bias), activation_);
+    // (N, ..., in): the product runs on the rows (N·…, in), and the leading axes come back afterwards.
+    const std::size_t in = x.shape()[x.rank() - 1];
+    const std::size_t rows = in == 0 ? 0 : x.size() / in;
+    const Tensor y = autodiff::dense(autodiff::reshape(x, Shape{rows, in}), kernel_->read(), bias);
+    std::vector<std::size_t> out(x.shape().begin(), x.shape().end());
+    out.back() = units_;
+    return apply_activation(autodiff::reshape(y, Shape(std::span<const std::size_t>(out))), activation_);
+}
+
+// ---- Flatten ----
+
+Shape Flatten::do_build(const Shape& input_shape, Rng&) { return Shape{input_shape.elements()}; }
+
+Tensor Flatten::forward(const Tensor& x, const CallContext&) {
+    return autodiff::reshape(x, Shape{x.shape()[0], output_shape()[0]});
+}
+
+// ---- Activation ----
+
+Activation::Activation(std::string activation) : activation_(std::move(activation)) { check_activation(activation_); }
+
+std::string Activation::config() const {
+    std::string c = "activation=";
+    c += activation_.empty() ? std::string("linear") : activation_;
+    return c;
+}
+
+Shape Activation::do_build(const Shape& input_shape, Rng&) { return input_shape; }
+
+Tensor Activation::forward(const Tensor& x, const CallContext&) { return apply_activation(x, activation_); }
+
+// ---- Dropout ----
+
+Dropout::Dropout(float rate) : rate_(rate) {
+    if (!(rate >= 0.0f && rate < 1.0f)) {
+        std::string message = "Dropout: rate must be in [0, 1), got ";
+        message += std::to_string(rate);
+        throw std::invalid_argument(message);
+    }
+}
+
+std::string Dropout::config() const {
+    std::ostringstream c;
+    c << "rate=" << rate_;
+    return c.str();
+}
+
+Shape Dropout::do_build(const Shape& input_shape, Rng&) { return input_shape; }
+
+Tensor Dropout::forward(const Tensor& x, const CallContext& context) {
+    if (!context.training || rate_ == 0.0f) return x;
+    if (context.dropout_rng == nullptr) {
+        std::string message = describe_layer(*this);
+        message += ": a training call needs CallContext::dropout_rng to draw its mask";
+        throw std::logic_error(message);
+    }
+    return autodiff::dropout(x, rate_, *context.dropout_rng, true);
+}
+
+} // namespace mixprec::models
