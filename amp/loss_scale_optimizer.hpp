@@ -30,7 +30,7 @@ class LossScaleOptimizer final : public optim::Optimizer {
     explicit LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, LossScaleOptions options = {});
 
     /// loss · S, recorded on the tape (a scale op), in the loss's dtype.
-    autodiff::Tensor scale_loss(const autodiff::Tensor& loss) const;
+    autodiff::Tensor scale_loss(const autodiff::Tensor& loss) const override;
 
     /// One loss-scaled step; returns whether it was applied (see the file comment).
     bool apply(const std::vector<autodiff::Tensor>& grads, const std::vector<autodiff::Variable>& variables) override;
@@ -64,13 +64,14 @@ class LossScaleOptimizer final : public optim::Optimizer {
 
     // Telemetry.
     float scale() const { return scale_.scale(); }
+    float current_loss_scale() const override { return scale(); }
     bool last_step_skipped() const { return last_skipped_; }
-    std::int64_t skipped_steps() const { return skipped_; }
+    std::int64_t skipped_steps() const override { return skipped_; }
     std::int64_t overflow_count() const { return skipped_; } ///< steps whose gradients had inf or NaN
     std::int64_t growth_count() const { return scale_.growth_count(); }
     std::int64_t backoff_count() const { return scale_.backoff_count(); }
     /// Global L2 norm of the last step's unscaled gradients (before clipping); inf if it overflowed.
-    double last_gradient_norm() const { return last_norm_; }
+    double last_gradient_norm() const override { return last_norm_; }
     /// Restores the counters kept here (checkpoints).
     void set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm);
 

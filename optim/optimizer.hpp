@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,6 +67,20 @@ class Optimizer {
 
     /// "sgd", "adam", "adamw", ...
     virtual std::string kind() const = 0;
+
+    // Loss scaling, seen through any optimizer (the seams of Keras 3's base optimizer), so that a training
+    // loop, its callbacks and checkpoints never need to know whether the optimizer scales. One that does
+    // not (SGD, Adam, AdamW) multiplies by 1, skips nothing and measures no norm; amp::LossScaleOptimizer
+    // overrides all four.
+
+    /// The loss to differentiate: loss · S, recorded on the tape (here: `loss` itself).
+    virtual Tensor scale_loss(const Tensor& loss) const { return loss; }
+    /// S, the factor scale_loss applies now (here: 1).
+    virtual float current_loss_scale() const { return 1.0f; }
+    /// Steps not applied because a gradient had an inf or NaN (here: 0).
+    virtual std::int64_t skipped_steps() const { return 0; }
+    /// Global L2 norm of the last step's unscaled gradients, before clipping (here: NaN, not measured).
+    virtual double last_gradient_norm() const { return std::numeric_limits<double>::quiet_NaN(); }
 
     /// One slot of one variable, read-only (tests, checkpoints). Empty before the first step.
     struct Slot {

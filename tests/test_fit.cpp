@@ -107,6 +107,64 @@ BOOST_AUTO_TEST_CASE(compile_and_the_short_way) {
     BOOST_TEST(model.evaluate(train).accuracy > 0.9);
 }
 
+// An optimizer that does not scale answers the loss-scaling seams as the identity: fit, its callbacks and
+// checkpoints need not know which kind they hold.
+BOOST_AUTO_TEST_CASE(optimizer_seams_without_loss_scaling) {
+    optim::Adam adam(optim::Adam::Options{.learning_rate = 1e-2f});
+    const Tensor loss = Tensor::full(Shape{1}, 0.75f);
+    const Tensor same = adam.scale_loss(loss);
+    BOOST_TEST(same.id() == loss.id()); // the very tensor: the tape differentiates it as it is
+    BOOST_TEST(adam.current_loss_scale() == 1.0f);
+    BOOST_TEST(adam.skipped_steps() == 0);
+    BOOST_TEST(std::isnan(adam.last_gradient_norm()));
+    const auto scaled = scaled_adam();
+    const optim::Optimizer& base = *scaled;
+    BOOST_TEST(base.current_loss_scale() == 1024.0f);
+    BOOST_TEST(base.scale_loss(loss).flat(0) == 768.0f);
+}
+
+// FitOptions::train_step replaces the step; one that calls models::train_step gives the default run
+// bit for bit, and fit's logs report what the replacement returns.
+BOOST_AUTO_TEST_CASE(train_step_can_be_replaced) {
+    const auto train = blobs(200, 1);
+    std::string digest[2];
+    for (int replaced = 0; replaced < 2; ++replaced) {
+        models::Sequential model = small_model(0.25f);
+        const auto opt = scaled_adam();
+        models::TrainingState state;
+        models::FitOptions options{.epochs = 2, .batch_size = 50, .seed = 4};
+        inject_inf_at({3}, options);
+        std::vector<std::int64_t> steps;
+        if (replaced)
+            options.train_step = [&](const models::TrainStep& s) {
+                steps.push_back(s.step);
+                return models::train_step(s, options.gradient_hook);
+            };
+        models::fit(model, *opt, train, state, options);
+        BOOST_TEST(opt->skipped_steps() == 1);
+        if (replaced) BOOST_TEST(steps == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}), boost::test_tools::per_element());
+        digest[replaced] = models::weights_digest(model.variables());
+    }
+    BOOST_TEST(digest[0] == digest[1]);
+
+    // A step that never applies: fit counts it as skipped and reports its loss.
+    models::Sequential model = small_model();
+    optim::SGD sgd(optim::SGD::Options{.learning_rate = 0.1f});
+    models::TrainingState state;
+    struct Last final : models::Callback {
+        void on_step_end(models::FitContext&, const models::StepLogs& l) override { logs = l; }
+        models::StepLogs logs;
+    } last;
+    models::fit(model, sgd, train, state,
+                {.epochs = 1, .batch_size = 100, .callbacks = {&last}, .train_step = [](const models::TrainStep& s) {
+                     return models::TrainStepResult{.loss = 2.5, .logits = Tensor(Shape{s.labels.size(), 3}), .applied = false};
+                 }});
+    BOOST_TEST(sgd.iterations() == 0);
+    BOOST_TEST(last.logs.skipped);
+    BOOST_TEST(last.logs.loss == 2.5);
+    BOOST_TEST(state.step == 2);
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_and_mismatched_data_are_named) {
     models::Sequential model = small_model();
     optim::SGD sgd;

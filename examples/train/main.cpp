@@ -26,8 +26,7 @@ class PlotRecorder final : public models::Callback {
   public:
     void on_step_end(models::FitContext& context, const models::StepLogs& logs) override {
         // The plot shows the scale after each step (the log has the one each step used).
-        const auto* scaler = dynamic_cast<const amp::LossScaleOptimizer*>(&context.optimizer);
-        steps.push_back({logs.step, logs.loss, scaler ? scaler->scale() : logs.loss_scale, logs.skipped});
+        steps.push_back({logs.step, logs.loss, context.optimizer.current_loss_scale(), logs.skipped});
     }
     void on_epoch_end(models::FitContext&, const models::EpochLogs& logs) override {
         if (logs.validation_accuracy) epochs.push_back({logs.last_step, *logs.validation_accuracy});

@@ -3,7 +3,6 @@
 #include <mixprec/models/training/fit.hpp>
 #include <mixprec/models/training/model_checkpoint.hpp>
 
-#include <mixprec/amp/loss_scale_optimizer.hpp>
 #include <mixprec/autodiff/tensor/isa.hpp>
 
 #include <sys/resource.h>
@@ -44,10 +43,6 @@ std::string json_number(double value) {
 /// on_epoch_end, which saves after the state has moved to the next epoch.
 bool due(std::int64_t every, const StepLogs& logs) {
     return every > 0 && logs.step % every == 0 && logs.batch < logs.batches_per_epoch;
-}
-
-const amp::LossScaleOptimizer* scaler_of(const FitContext& context) {
-    return dynamic_cast<const amp::LossScaleOptimizer*>(&context.optimizer);
 }
 
 } // namespace
@@ -212,11 +207,10 @@ void JsonLinesLogger::on_epoch_end(FitContext&, const EpochLogs& logs) {
 }
 
 void JsonLinesLogger::on_train_end(FitContext& context, bool) {
-    const auto* scaler = scaler_of(context);
     summary_.steps = context.state.step;
     summary_.test_accuracy = context.validation_accuracy;
-    summary_.skipped_steps = scaler ? scaler->skipped_steps() : 0;
-    summary_.loss_scale = scaler ? scaler->scale() : 1.0f;
+    summary_.skipped_steps = context.optimizer.skipped_steps();
+    summary_.loss_scale = context.optimizer.current_loss_scale();
     const double seconds = std::chrono::duration<double>(training_time_).count();
     summary_.samples_per_second = seconds > 0 ? double(examples_) / seconds : 0;
     summary_.peak_rss_mib = peak_rss_mib();
@@ -253,18 +247,17 @@ LossScaleMonitor::LossScaleMonitor(std::ostream& out, std::int64_t window, doubl
 }
 
 void LossScaleMonitor::on_step_end(FitContext& context, const StepLogs& logs) {
-    const auto* scaler = scaler_of(context);
-    if (!scaler) return;
-    if (scaler->scale() != logs.loss_scale) {
+    const float scale = context.optimizer.current_loss_scale(); // 1 throughout for an optimizer that does not scale
+    if (scale != logs.loss_scale) {
         ++changes_;
-        out_ << "\nstep " << logs.step << ": loss scale " << logs.loss_scale << " -> " << scaler->scale()
+        out_ << "\nstep " << logs.step << ": loss scale " << logs.loss_scale << " -> " << scale
              << (logs.skipped ? " (overflow: step skipped)" : " (grown)") << '\n';
     }
     window_skips_ += logs.skipped;
     if (++window_steps_ < window_) return;
     if (double(window_skips_) > warn_fraction_ * double(window_steps_)) {
         out_ << "\nwarning: " << window_skips_ << " of the last " << window_steps_
-             << " steps were skipped for inf/NaN gradients (loss scale now " << scaler->scale() << ")\n";
+             << " steps were skipped for inf/NaN gradients (loss scale now " << scale << ")\n";
     }
     window_skips_ = window_steps_ = 0;
 }

@@ -1,8 +1,8 @@
 #include <mixprec/models/training/fit.hpp>
 
-#include <mixprec/amp/loss_scale_optimizer.hpp>
 #include <mixprec/autodiff/ops_loss.hpp>
 #include <mixprec/autodiff/tape.hpp>
+#include <mixprec/optim/optimizer.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -90,13 +90,27 @@ std::string weights_digest(const std::vector<autodiff::Variable>& variables) {
     return text;
 }
 
+TrainStepResult train_step(const TrainStep& s, const GradientHook& hook) {
+    TrainStepResult result;
+    std::vector<autodiff::Tensor> grads;
+    {
+        autodiff::GradientTape tape;
+        result.logits = s.model(s.x, {.training = true, .dropout_rng = &s.dropout_rng});
+        const autodiff::Tensor loss = autodiff::sparse_categorical_crossentropy(s.labels, result.logits, true);
+        result.loss = loss.flat(0);
+        grads = tape.gradient(s.optimizer.scale_loss(loss), s.variables);
+    }
+    if (hook) hook(s.step, grads);
+    result.applied = s.optimizer.apply(grads, s.variables);
+    return result;
+}
+
 std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
                            const FitOptions& options) {
     validate(options);
     check_fits(model, data, "fit");
     if (data.size() == 0) throw std::invalid_argument("fit: the dataset is empty");
 
-    auto* scaler = dynamic_cast<amp::LossScaleOptimizer*>(&optimizer);
     const std::vector<Variable> variables = model.trainable_variables();
     const auto batches = static_cast<std::int64_t>((data.size() + options.batch_size - 1) / options.batch_size);
     FitContext context{model, optimizer, state, options.epochs};
@@ -140,30 +154,23 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
 
             StepLogs logs;
             logs.learning_rate = optimizer.current_learning_rate();
-            logs.loss_scale = scaler ? scaler->scale() : 1.0f;
-            std::vector<autodiff::Tensor> grads;
-            autodiff::Tensor logits;
-            {
-                autodiff::GradientTape tape;
-                logits = model(x, {.training = true, .dropout_rng = &state.dropout_rng});
-                const autodiff::Tensor loss = autodiff::sparse_categorical_crossentropy(labels, logits, true);
-                logs.loss = loss.flat(0);
-                grads = tape.gradient(scaler ? scaler->scale_loss(loss) : loss, variables);
-            }
+            logs.loss_scale = optimizer.current_loss_scale();
+            const TrainStep step{model, optimizer, variables, x, labels, state.step + 1, state.dropout_rng};
+            const TrainStepResult result =
+                options.train_step ? options.train_step(step) : train_step(step, options.gradient_hook);
             ++state.step;
             ++state.batch_in_epoch;
-            if (options.gradient_hook) options.gradient_hook(state.step, grads);
-            const bool applied = optimizer.apply(grads, variables);
+            logs.loss = result.loss;
 
             logs.step = state.step;
             logs.epoch = state.epoch;
             logs.batch = state.batch_in_epoch;
             logs.batches_per_epoch = batches;
             logs.batch_size = count;
-            const std::size_t correct = count_correct(logits, labels);
+            const std::size_t correct = count_correct(result.logits, labels);
             logs.accuracy = double(correct) / double(count);
-            logs.skipped = !applied;
-            logs.gradient_norm = scaler ? scaler->last_gradient_norm() : std::numeric_limits<double>::quiet_NaN();
+            logs.skipped = !result.applied;
+            logs.gradient_norm = optimizer.last_gradient_norm();
             state.epoch_loss_sum += logs.loss * double(count);
             state.epoch_examples += static_cast<std::int64_t>(count);
             state.epoch_correct += static_cast<std::int64_t>(correct);

@@ -6,10 +6,11 @@
 ///   models::fit(model, opt, train, {.epochs = 5, .batch_size = 128, .validation = &test,
 ///                                   .callbacks = {&progress}});
 ///
-/// One step: the batch's examples (in a seeded shuffled order) → forward with training = true → mean
-/// sparse categorical cross-entropy of the logits (float32) → scaled by the LossScaleOptimizer if the
-/// optimizer is one → gradients of the trainable variables → optimizer.apply. A step whose gradients are
-/// not finite is skipped by the LossScaleOptimizer (and still counts as a step).
+/// One step (train_step, which FitOptions::train_step may replace): the batch's examples (in a seeded
+/// shuffled order) → forward with training = true → mean sparse categorical cross-entropy of the logits
+/// (float32) → optimizer.scale_loss (× S for a LossScaleOptimizer, identity otherwise) → gradients of the
+/// trainable variables → optimizer.apply. A step whose gradients are not finite is skipped by the
+/// LossScaleOptimizer (and still counts as a step).
 ///
 /// Everything fit needs to continue a run lives in the model's variables, the optimizer and the
 /// TrainingState, so a run restored from a checkpoint continues exactly as the run that was saved.
@@ -20,10 +21,35 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace mixprec::models {
+
+/// One batch, as fit hands it to a train step.
+struct TrainStep {
+    Sequential& model;
+    optim::Optimizer& optimizer;
+    const std::vector<autodiff::Variable>& variables; ///< the model's trainable variables
+    const autodiff::Tensor& x;                        ///< (batch, example shape...)
+    std::span<const std::int32_t> labels;             ///< (batch)
+    std::int64_t step;                                ///< this step's number, from 1 across epochs
+    Rng& dropout_rng;                                 ///< the run's dropout generator
+};
+
+/// What a train step tells fit.
+struct TrainStepResult {
+    double loss = 0;         ///< the batch's mean loss, unscaled
+    autodiff::Tensor logits; ///< (batch, classes): fit counts the correct predictions from them
+    bool applied = true;     ///< false: the optimizer skipped the step
+};
+
+/// Called with a step's number and its (scaled) gradients before apply, e.g. to inject an inf for testing.
+using GradientHook = std::function<void(std::int64_t step, std::vector<autodiff::Tensor>& gradients)>;
+
+/// fit's step (see the file comment); `hook`, if set, sees the gradients before apply.
+TrainStepResult train_step(const TrainStep& step, const GradientHook& hook = {});
 
 struct FitOptions {
     std::int64_t epochs = 1;             ///< ≥ 1: fit ends when state.epoch reaches it
@@ -33,8 +59,10 @@ struct FitOptions {
     std::int64_t max_steps = 0;          ///< > 0: stop once state.step reaches it
     const Dataset* validation = nullptr; ///< evaluated after every epoch, in batches of batch_size
     std::vector<Callback*> callbacks{};  ///< called in order
-    /// Called with each step's (scaled) gradients before apply, e.g. to inject an inf for testing.
-    std::function<void(std::int64_t step, std::vector<autodiff::Tensor>& gradients)> gradient_hook{};
+    GradientHook gradient_hook{};        ///< passed to train_step
+    /// Replaces train_step (then gradient_hook is the replacement's to call, or not), as overriding
+    /// Model.train_step does in Keras: a custom loss, several optimizers, gradient accumulation.
+    std::function<TrainStepResult(const TrainStep&)> train_step{};
 };
 
 struct Evaluation {
