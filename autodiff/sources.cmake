@@ -32,13 +32,3 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
 # (GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512 intrinsic headers.)
   target_compile_definitions(mixprec PRIVATE MIXPREC_X86_KERNELS)
 endif()
-# The conversion loops are exact integer code plus exact int->float steps; telling GCC that no float
-# operation traps lets it turn their selects into vector blends instead of branches.
-set_property(SOURCE autodiff/tensor/convert.cpp autodiff/tensor/arch/convert_avx2.cpp autodiff/tensor/arch/convert_avx512.cpp
-  APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
-# The elementwise ops and kernels, and softmax: without trapping math the selects of their loops (relu's, abs's and
-# leaky_relu's gradients, the branch-free exp/tanh/sigmoid of vector_math.hpp) become vector blends.
-# Their tanh, sigmoid and GELU loops are also compiled for AVX-512 and AVX2 (isa_kernels.hpp); contraction
-# into FMA stays off so that every vector width rounds as the baseline code does and gives the same bits.
-set_property(SOURCE autodiff/ops_elementwise.cpp autodiff/tensor/kernels_elementwise.cpp autodiff/ops_softmax.cpp
-  APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math -ffp-contract=off)
