@@ -29,6 +29,7 @@
 /// that is the only way a preset's sequence can differ from its library's.
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -36,7 +37,16 @@
 
 namespace mixprec::amp {
 
-enum class ScaleRule : std::uint8_t { mixprec, keras, tf_keras, pytorch, deepspeed, megatron, cerebras, ascend };
+/// The rules, one per library whose dynamic loss scaling mixprec reproduces (amp/loss_scale_rules.cpp:
+/// one function each). Checkpoints store a rule by its position here: add a new rule last, before
+/// `count`, and never reorder.
+enum class ScaleRule : std::uint8_t {
+    mixprec, keras, tf_keras, pytorch, deepspeed, megatron, cerebras, ascend,
+    count ///< not a rule: how many rules there are
+};
+
+/// The rule at position `index` of ScaleRule, or nothing past the last rule (for checkpoint readers).
+std::optional<ScaleRule> scale_rule_at(std::uint64_t index);
 
 /// What happens when a step overflows while the scale already sits at min_scale.
 enum class AtMinScale : std::uint8_t {
@@ -103,9 +113,6 @@ class LossScale {
     std::int64_t backoff_count() const { return state_.backoffs; }
 
   private:
-    void step(bool finite);
-    void grow();
-    void back_off(float floor);
 
     LossScaleOptions options_;
     LossScaleState state_;

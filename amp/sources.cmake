@@ -1,6 +1,7 @@
 # Sources of mixprec::amp: loss-scale rules, the LossScaleOptimizer and dtype policies.
 target_sources(mixprec PRIVATE
   amp/loss_scale.cpp
+  amp/loss_scale_rules.cpp
   amp/unscale.cpp
   amp/policy.cpp
   amp/loss_scale_optimizer.cpp)

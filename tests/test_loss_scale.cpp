@@ -157,8 +157,17 @@ BOOST_AUTO_TEST_CASE(fixed_scale_and_validation) {
     BOOST_TEST(message({.hysteresis = 0}).find("hysteresis") != std::string::npos);
     BOOST_TEST(message({.min_scale = 10, .max_scale = 5}).find("max_scale") != std::string::npos);
     BOOST_TEST(message({.initial_scale = 1e9f}).find("initial_scale") != std::string::npos); // above max 2^24
+    BOOST_TEST(message({.rule = ScaleRule::count}).find("rule") != std::string::npos);
     BOOST_CHECK_THROW(loss_scale_preset("apex"), std::invalid_argument);
     for (auto name : loss_scale_preset_names()) BOOST_CHECK_NO_THROW(LossScale(loss_scale_preset(name)));
+    // Every rule has a preset of its own name, and positions past the last rule name none.
+    const auto names = loss_scale_preset_names();
+    BOOST_TEST(names.size() == static_cast<std::size_t>(ScaleRule::count));
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        BOOST_TEST((loss_scale_preset(names[i]).rule == static_cast<ScaleRule>(i)));
+        BOOST_TEST(name_of(*scale_rule_at(i)) == names[i]);
+    }
+    BOOST_TEST(!scale_rule_at(names.size()).has_value());
 }
 
 // Growth never produces infinity or exceeds max_scale; backoff never goes below min_scale.

@@ -224,9 +224,9 @@ void load(Archive& ar, mixprec::amp::LossScaleOptions& o) {
     using mixprec::models::serialization::bad_field;
     std::uint8_t rule = 0, at_min = 0;
     ar(make_nvp("rule", rule));
-    if (rule > static_cast<std::uint8_t>(mixprec::amp::ScaleRule::ascend))
-        bad_field("loss scale rule", "unknown value " + std::to_string(rule));
-    o.rule = static_cast<mixprec::amp::ScaleRule>(rule);
+    const std::optional<mixprec::amp::ScaleRule> known = mixprec::amp::scale_rule_at(rule);
+    if (!known) bad_field("loss scale rule", "unknown value " + std::to_string(rule));
+    o.rule = *known;
     o.dynamic = mixprec::models::serialization::load_flag(ar, "dynamic");
     ar(make_nvp("initial_scale", o.initial_scale), make_nvp("growth_interval", o.growth_interval),
        make_nvp("growth_factor", o.growth_factor), make_nvp("backoff_factor", o.backoff_factor),
