@@ -42,11 +42,13 @@
 #include <mixprec/models/io/checkpoint.hpp>
 #include <mixprec/models/io/training_state.hpp>
 #include <mixprec/models/layers/attention.hpp>
+#include <mixprec/models/layers/embedding.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/layer.hpp>
 #include <mixprec/models/layers/layers_conv.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 #include <mixprec/models/layers/layers_norm.hpp>
+#include <mixprec/models/layers/pooling.hpp>
 #include <mixprec/models/layers/transformer.hpp>
 #include <mixprec/models/training/callback.hpp>
 #include <mixprec/models/training/callbacks.hpp>

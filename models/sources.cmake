@@ -6,7 +6,9 @@ target_sources(mixprec PRIVATE
   models/layers/initializers.cpp
   models/layers/layers_core.cpp
   models/layers/layers_conv.cpp
+  models/layers/pooling.cpp
   models/layers/layers_norm.cpp
+  models/layers/embedding.cpp
   models/layers/attention.cpp
   models/layers/transformer.cpp
   models/data/dataset.cpp

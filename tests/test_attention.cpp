@@ -4,6 +4,8 @@
 #include <mixprec/mixprec.hpp>
 
 #include <mixprec/models/layers/attention.hpp>
+#include <mixprec/models/layers/embedding.hpp>
+#include <mixprec/models/layers/pooling.hpp>
 #include <mixprec/models/layers/transformer.hpp>
 #include <mixprec/models/training/zoo.hpp>
 

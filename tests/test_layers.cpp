@@ -6,10 +6,12 @@
 #include <mixprec/mixprec.hpp>
 
 #include <mixprec/models/data/dataset.hpp>
+#include <mixprec/models/layers/embedding.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/layers_conv.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 #include <mixprec/models/layers/layers_norm.hpp>
+#include <mixprec/models/layers/pooling.hpp>
 #include <mixprec/models/training/sequential.hpp>
 #include <mixprec/models/training/zoo.hpp>
 

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <optional>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ using autodiff::Rng;
 using autodiff::Shape;
 using autodiff::Tensor;
 using autodiff::Variable;
+
+/// A pair of spatial sizes: (rows, columns).
+using Size2 = std::array<std::size_t, 2>;
 
 /// What a call needs besides its input.
 struct CallContext {

@@ -1,12 +1,12 @@
-// Conv2D, MaxPool2D and AvgPool2D over channels-first images (see layers_conv.hpp).
+// Conv2D over channels-first images (see layers_conv.hpp).
 
 #include <mixprec/models/layers/layers_conv.hpp>
 
 #include <mixprec/models/layers/initializers.hpp>
+#include <mixprec/models/layers/detail/checks.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 
 #include <mixprec/autodiff/ops_conv.hpp>
-#include <mixprec/autodiff/ops_pool.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
 
 #include <stdexcept>
@@ -15,49 +15,9 @@
 namespace mixprec::models {
 namespace {
 
-std::string pair_string(Size2 p) {
-    std::string s = "(";
-    s += std::to_string(p[0]);
-    s += ", ";
-    s += std::to_string(p[1]);
-    s += ")";
-    return s;
-}
+using detail::check_positive;
+using detail::pair_string;
 
-/// std::invalid_argument "<kind>: <what> must be > 0, got (a, b)" when either size is 0.
-void check_positive(const char* kind, const char* what, Size2 p) {
-    if (p[0] != 0 && p[1] != 0) return;
-    std::string message = kind;
-    message += ": ";
-    message += what;
-    message += " must be > 0, got ";
-    message += pair_string(p);
-    throw std::invalid_argument(message);
-}
-
-/// Checks a pooling layer's example (C, H, W) against its window and returns the output example.
-Shape pooled_shape(const Layer& layer, const Shape& in, Size2 pool, Size2 stride) {
-    std::string expected = "(C, H, W) with H >= ";
-    expected += std::to_string(pool[0]);
-    expected += " and W >= ";
-    expected += std::to_string(pool[1]);
-    if (in.rank() != 3 || in[1] < pool[0] || in[2] < pool[1]) throw_input_shape_error(layer, in, expected);
-    return Shape{in[0], (in[1] - pool[0]) / stride[0] + 1, (in[2] - pool[1]) / stride[1] + 1};
-}
-
-std::string pool_config(Size2 pool, Size2 stride) {
-    std::string c = "pool_size=";
-    c += pair_string(pool);
-    if (stride != pool) {
-        c += ", strides=";
-        c += pair_string(stride);
-    }
-    return c;
-}
-
-Size2 default_stride(Size2 pool, Size2 stride) {
-    return {stride[0] == 0 ? pool[0] : stride[0], stride[1] == 0 ? pool[1] : stride[1]};
-}
 
 /// x with `count` rows (axis 2) or columns (axis 3) of zeros appended, through concat so that gradients
 /// flow back to x.
@@ -163,19 +123,5 @@ Tensor Conv2D::forward(const Tensor& x, const CallContext&) {
     const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
     return apply_activation(autodiff::conv2d(padded, kernel_var_->read(), bias, options), activation_);
 }
-
-// ---- pooling ----
-
-Pool2D::Pool2D(const char* who, Size2 pool, Size2 stride) : pool_(pool), stride_(default_stride(pool, stride)) {
-    check_positive(who, "pool size", pool_);
-}
-
-std::string Pool2D::config() const { return pool_config(pool_, stride_); }
-
-Shape Pool2D::do_build(const Shape& input_shape, Rng&) { return pooled_shape(*this, input_shape, pool_, stride_); }
-
-Tensor MaxPool2D::forward(const Tensor& x, const CallContext&) { return autodiff::max_pool2d(x, pool_, stride_); }
-
-Tensor AvgPool2D::forward(const Tensor& x, const CallContext&) { return autodiff::avg_pool2d(x, pool_, stride_); }
 
 } // namespace mixprec::models

@@ -1,7 +1,6 @@
 #pragma once
-/// Convolution and pooling layers over images, as Keras's Conv2D, MaxPooling2D and AveragePooling2D,
-/// but channels first: examples have shape (C, H, W) and batches (N, C, H, W), the layout of
-/// autodiff::conv2d and the pooling ops.
+/// The convolution layer over images, as Keras's Conv2D but channels first: examples have shape (C, H, W)
+/// and batches (N, C, H, W), the layout of autodiff::conv2d. The pooling layers are in pooling.hpp.
 
 #include <mixprec/models/layers/layer.hpp>
 
@@ -11,9 +10,6 @@
 #include <string>
 
 namespace mixprec::models {
-
-/// A pair of spatial sizes: (rows, columns).
-using Size2 = std::array<std::size_t, 2>;
 
 /// 2-D convolution: y = activation(conv2d(x, W) + b), W (filters, C, kh, kw), b (filters).
 /// padding "valid": no padding, Ho = (H − kh)/stride + 1 (rounded down).
@@ -55,45 +51,6 @@ class Conv2D final : public Layer {
     Size2 pad_after_{0, 0};
     std::optional<Variable> kernel_var_;
     std::optional<Variable> bias_;
-};
-
-/// What MaxPool2D and AvgPool2D share: windows of `pool` moved by `stride` (0 = the pool size, Keras's
-/// strides=None), no padding ("valid"): Ho = (H − ph)/stride + 1 (rounded down). No variables.
-class Pool2D : public Layer {
-  public:
-    std::string config() const override;
-    Size2 pool_size() const { return pool_; }
-    /// The stride in effect (the pool size when 0 was given).
-    Size2 stride() const { return stride_; }
-
-  protected:
-    /// std::invalid_argument naming `who` when a pool size is 0.
-    Pool2D(const char* who, Size2 pool, Size2 stride);
-    /// shape_error unless the example has rank 3 (C, H, W) with H ≥ ph and W ≥ pw.
-    Shape do_build(const Shape& input_shape, Rng& init_rng) override;
-
-    Size2 pool_;
-    Size2 stride_;
-};
-
-/// Max pooling: each output is the largest element of its window.
-class MaxPool2D final : public Pool2D {
-  public:
-    explicit MaxPool2D(Size2 pool = {2, 2}, Size2 stride = {0, 0}) : Pool2D("MaxPool2D", pool, stride) {}
-    std::string kind() const override { return "MaxPooling2D"; }
-
-  protected:
-    Tensor forward(const Tensor& x, const CallContext& context) override;
-};
-
-/// Average pooling: each output is the mean of its window.
-class AvgPool2D final : public Pool2D {
-  public:
-    explicit AvgPool2D(Size2 pool = {2, 2}, Size2 stride = {0, 0}) : Pool2D("AvgPool2D", pool, stride) {}
-    std::string kind() const override { return "AveragePooling2D"; }
-
-  protected:
-    Tensor forward(const Tensor& x, const CallContext& context) override;
 };
 
 } // namespace mixprec::models

@@ -1,14 +1,14 @@
-/// Patches, PositionEmbedding, TransformerBlock and GlobalAveragePooling1D, built on the autodiff ops.
+/// TransformerBlock, built on the autodiff ops (see transformer.hpp).
 
 #include <mixprec/models/layers/transformer.hpp>
 
+#include <mixprec/models/layers/detail/checks.hpp>
 #include <mixprec/models/layers/initializers.hpp>
+#include <mixprec/models/layers/layers_core.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
 #include <mixprec/autodiff/ops_matmul.hpp>
 #include <mixprec/autodiff/ops_nn.hpp>
-#include <mixprec/autodiff/ops_reduce.hpp>
-#include <mixprec/autodiff/ops_shape.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -19,22 +19,6 @@ namespace {
 
 namespace ad = mixprec::autodiff;
 
-/// "layer 'block' (TransformerBlock)", or "TransformerBlock layer" when unnamed: for messages.
-std::string describe(const Layer& layer) {
-    if (layer.name().empty()) return layer.kind() + " layer";
-    std::string s = "layer '";
-    s += layer.name();
-    s += "' (" + layer.kind() + ")";
-    return s;
-}
-
-/// shape_error unless `shape` is (T, D) with T, D ≥ 1.
-void require_tokens(const Layer& layer, const Shape& shape) {
-    if (shape.rank() != 2 || shape.elements() == 0)
-        throw ad::shape_error(describe(layer) + " expects examples of shape (tokens, width) with both ≥ 1, got " +
-                              shape.to_string());
-}
-
 /// Shortest-ish form for messages and configs: 0.1, 1e-06, nan.
 std::string format_float(float v) {
     std::ostringstream os;
@@ -43,45 +27,6 @@ std::string format_float(float v) {
 }
 
 } // namespace
-
-// ---- Patches ----------------------------------------------------------------------------------------
-
-Patches::Patches(std::size_t patch) : patch_(patch) {
-    if (patch == 0) throw std::invalid_argument("Patches: the patch size must be at least 1, got 0");
-}
-
-std::string Patches::config() const { return "patch=" + std::to_string(patch_); }
-
-Shape Patches::do_build(const Shape& input_shape, Rng&) {
-    const std::size_t p = patch_;
-    if (input_shape.rank() != 3 || input_shape.elements() == 0 || input_shape[1] % p != 0 ||
-        input_shape[2] % p != 0)
-        throw ad::shape_error(describe(*this) + " expects images (channels, height, width) with height and width " +
-                              "non-zero multiples of the patch size " + std::to_string(p) + ", got " +
-                              input_shape.to_string());
-    const std::size_t rows = input_shape[1] / p, cols = input_shape[2] / p;
-    return Shape{rows * cols, input_shape[0] * p * p};
-}
-
-Tensor Patches::forward(const Tensor& x, const CallContext&) {
-    const std::size_t batch = x.shape()[0], channels = x.shape()[1], p = patch_;
-    const std::size_t rows = x.shape()[2] / p, cols = x.shape()[3] / p;
-    // (B, C, H, W) -> (B, C, H/p, p, W/p, p) -> (B, H/p, W/p, C, p, p) -> (B, tokens, C·p·p)
-    const Tensor split = ad::reshape(x, Shape{batch, channels, rows, p, cols, p});
-    return ad::reshape(ad::transpose(split, {0, 2, 4, 1, 3, 5}), Shape{batch, rows * cols, channels * p * p});
-}
-
-// ---- PositionEmbedding ------------------------------------------------------------------------------
-
-std::vector<Variable> PositionEmbedding::variables() const { return table_; }
-
-Shape PositionEmbedding::do_build(const Shape& input_shape, Rng& init_rng) {
-    require_tokens(*this, input_shape);
-    table_ = {make_variable(random_uniform(input_shape, -0.05f, 0.05f, init_rng), "embeddings")};
-    return input_shape;
-}
-
-Tensor PositionEmbedding::forward(const Tensor& x, const CallContext&) { return ad::add(x, table_[0].read()); }
 
 // ---- TransformerBlock -------------------------------------------------------------------------------
 
@@ -112,10 +57,10 @@ std::vector<Variable> TransformerBlock::variables() const {
 }
 
 Shape TransformerBlock::do_build(const Shape& input_shape, Rng& init_rng) {
-    require_tokens(*this, input_shape);
+    detail::require_tokens(*this, input_shape);
     const std::size_t width = input_shape[1];
     if (width % heads() != 0)
-        throw ad::shape_error(describe(*this) + ": width " + std::to_string(width) + " of examples " +
+        throw ad::shape_error(describe_layer(*this) + ": width " + std::to_string(width) + " of examples " +
                               input_shape.to_string() + " is not a multiple of its " + std::to_string(heads()) +
                               " heads");
     MultiHeadSelfAttention attention = attention_; // built on a copy: a failed build leaves this layer as it was
@@ -137,7 +82,7 @@ Shape TransformerBlock::do_build(const Shape& input_shape, Rng& init_rng) {
 Tensor TransformerBlock::drop(const Tensor& x, const CallContext& context) const {
     if (!context.training || dropout_ == 0.0f) return x;
     if (context.dropout_rng == nullptr)
-        throw std::logic_error(describe(*this) + " is called with training = true and dropout " +
+        throw std::logic_error(describe_layer(*this) + " is called with training = true and dropout " +
                                format_float(dropout_) + " but no CallContext::dropout_rng");
     return ad::dropout(x, dropout_, *context.dropout_rng, true);
 }
@@ -150,16 +95,5 @@ Tensor TransformerBlock::forward(const Tensor& x, const CallContext& context) {
     h = ad::dense(h, rest_[4].read(), rest_[5].read());
     return ad::add(y, drop(h, context));
 }
-
-// ---- GlobalAveragePooling1D -------------------------------------------------------------------------
-
-Shape GlobalAveragePooling1D::do_build(const Shape& input_shape, Rng&) {
-    if (input_shape.rank() != 2 || input_shape[0] == 0)
-        throw ad::shape_error(describe(*this) + " expects examples of shape (tokens, width) with tokens ≥ 1, got " +
-                              input_shape.to_string());
-    return Shape{input_shape[1]};
-}
-
-Tensor GlobalAveragePooling1D::forward(const Tensor& x, const CallContext&) { return ad::mean(x, {1}); }
 
 } // namespace mixprec::models

@@ -1,12 +1,11 @@
 #pragma once
-/// The pieces of a vision transformer (Dosovitskiy et al., 2021) besides attention itself: Patches cuts
-/// images into tokens, PositionEmbedding adds a learned vector per token position, TransformerBlock is
-/// one pre-norm encoder block, and GlobalAveragePooling1D averages the tokens into one vector.
+/// The pre-norm transformer encoder block of a vision transformer (Dosovitskiy et al., 2021). With the
+/// layers of embedding.hpp and pooling.hpp it makes the built-in vit:
 ///
-///   Patches(7)                (1, 28, 28) -> (16, 49)
-///   PositionEmbedding()       (16, 64)    -> (16, 64)      after a Dense(64) projection
+///   Patches(7)                (1, 28, 28) -> (16, 49)        embedding.hpp
+///   PositionEmbedding()       (16, 64)    -> (16, 64)        embedding.hpp, after a Dense(64) projection
 ///   TransformerBlock(4, 128)  (16, 64)    -> (16, 64)
-///   GlobalAveragePooling1D()  (16, 64)    -> (64)
+///   GlobalAveragePooling1D()  (16, 64)    -> (64)            pooling.hpp
 ///
 /// All shapes are per example (the batch axis comes first in calls). Each layer computes in its policy's
 /// compute dtype with the precision of the autodiff ops it uses (float32 arithmetic, one rounding per op).
@@ -19,49 +18,6 @@
 #include <vector>
 
 namespace mixprec::models {
-
-/// Cuts each image (C, H, W) into non-overlapping p×p patches and lays each out as a token:
-/// (C, H, W) -> ((H/p)·(W/p), C·p·p). Patches are numbered row-major (left to right, then top to bottom),
-/// and the values within a token are ordered channel, patch row, patch column. Pure data movement: values
-/// and gradients are copied exactly. No variables.
-class Patches final : public Layer {
-  public:
-    /// std::invalid_argument when patch is 0.
-    explicit Patches(std::size_t patch);
-
-    std::string kind() const override { return "Patches"; }
-    std::string config() const override;
-    std::size_t patch() const { return patch_; }
-
-  protected:
-    /// shape_error naming the layer, the shape and the patch size unless the example has rank 3 with H and
-    /// W non-zero multiples of the patch size (and C ≥ 1).
-    Shape do_build(const Shape& input_shape, Rng& init_rng) override;
-    Tensor forward(const Tensor& x, const CallContext& context) override;
-
-  private:
-    std::size_t patch_;
-};
-
-/// Adds a learned (T, D) table to every example (T, D): y[b, t, :] = x[b, t, :] + E[t, :]. E starts
-/// uniform in [-0.05, 0.05) (Keras's Embedding default) and is the variable "<name>/embeddings". The
-/// gradient of E is summed over the batch in float32 before its one rounding.
-class PositionEmbedding final : public Layer {
-  public:
-    PositionEmbedding() = default;
-
-    std::string kind() const override { return "PositionEmbedding"; }
-    /// {embeddings}; empty before build.
-    std::vector<Variable> variables() const override;
-
-  protected:
-    /// shape_error naming the layer and the shape unless the example has shape (T, D), both ≥ 1.
-    Shape do_build(const Shape& input_shape, Rng& init_rng) override;
-    Tensor forward(const Tensor& x, const CallContext& context) override;
-
-  private:
-    std::vector<Variable> table_;
-};
 
 /// One pre-norm transformer encoder block on examples (T, D):
 ///   x ← x + Dropout(MultiHeadSelfAttention(LayerNorm₁(x)))
@@ -105,20 +61,6 @@ class TransformerBlock final : public Layer {
     float epsilon_;
     std::vector<Variable> norm1_; // gamma, beta
     std::vector<Variable> rest_;  // norm2 gamma, beta; mlp1 kernel, bias; mlp2 kernel, bias
-};
-
-/// The mean over the tokens, as Keras's GlobalAveragePooling1D: (T, D) -> (D), y[b, :] = Σ_t x[b, t, :] / T,
-/// summed in float64 and rounded once. No variables.
-class GlobalAveragePooling1D final : public Layer {
-  public:
-    GlobalAveragePooling1D() = default;
-
-    std::string kind() const override { return "GlobalAveragePooling1D"; }
-
-  protected:
-    /// shape_error naming the layer and the shape unless the example has shape (T, D) with T ≥ 1.
-    Shape do_build(const Shape& input_shape, Rng& init_rng) override;
-    Tensor forward(const Tensor& x, const CallContext& context) override;
 };
 
 } // namespace mixprec::models

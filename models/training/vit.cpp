@@ -2,8 +2,10 @@
 
 #include <mixprec/models/training/zoo.hpp>
 
+#include <mixprec/models/layers/embedding.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 #include <mixprec/models/layers/layers_norm.hpp>
+#include <mixprec/models/layers/pooling.hpp>
 #include <mixprec/models/layers/transformer.hpp>
 
 namespace mixprec::models {

@@ -4,6 +4,7 @@
 
 #include <mixprec/models/layers/layers_conv.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
+#include <mixprec/models/layers/pooling.hpp>
 
 #include <stdexcept>
 #include <string>
