@@ -42,17 +42,21 @@ LossScale::LossScale(LossScaleOptions o) : options_(o) {
     if (!scale_rule_at(static_cast<std::uint64_t>(o.rule)))
         bad("rule", "must name a rule, got " + std::to_string(static_cast<unsigned>(o.rule)));
     const auto finite_positive = [](float v) { return std::isfinite(v) && v > 0; };
-    if (!finite_positive(o.initial_scale)) bad("initial_scale", "must be finite and > 0, got " + number_text(o.initial_scale));
+    if (!finite_positive(o.initial_scale))
+        bad("initial_scale", "must be finite and > 0, got " + number_text(o.initial_scale));
     if (o.growth_interval < 1) bad("growth_interval", "must be ≥ 1, got " + std::to_string(o.growth_interval));
     if (!(o.growth_factor > 1) || !std::isfinite(o.growth_factor))
         bad("growth_factor", "must be finite and > 1, got " + number_text(o.growth_factor));
-    if (!(o.backoff_factor > 0 && o.backoff_factor < 1)) bad("backoff_factor", "must be in (0, 1), got " + number_text(o.backoff_factor));
+    if (!(o.backoff_factor > 0 && o.backoff_factor < 1))
+        bad("backoff_factor", "must be in (0, 1), got " + number_text(o.backoff_factor));
     if (o.hysteresis < 1) bad("hysteresis", "must be ≥ 1, got " + std::to_string(o.hysteresis));
-    if (!(o.min_scale >= 0) || std::isinf(o.min_scale)) bad("min_scale", "must be finite and ≥ 0, got " + number_text(o.min_scale));
-    if (!(o.max_scale >= o.min_scale)) bad("max_scale", "must be ≥ min_scale (" + number_text(o.min_scale) + "), got " + number_text(o.max_scale));
+    if (!(o.min_scale >= 0) || std::isinf(o.min_scale))
+        bad("min_scale", "must be finite and ≥ 0, got " + number_text(o.min_scale));
+    if (!(o.max_scale >= o.min_scale))
+        bad("max_scale", "must be ≥ min_scale (" + number_text(o.min_scale) + "), got " + number_text(o.max_scale));
     if (o.dynamic && (o.initial_scale < o.min_scale || o.initial_scale > o.max_scale))
-        bad("initial_scale", "must lie in [min_scale, max_scale] = [" + number_text(o.min_scale) + ", " + number_text(o.max_scale) +
-                                 "], got " + number_text(o.initial_scale));
+        bad("initial_scale", "must lie in [min_scale, max_scale] = [" + number_text(o.min_scale) + ", " +
+                                 number_text(o.max_scale) + "], got " + number_text(o.initial_scale));
     if (!(o.overflow_tolerance >= 0 && o.overflow_tolerance < 1))
         bad("overflow_tolerance", "must be in [0, 1), got " + number_text(o.overflow_tolerance));
     if (o.decrease_every < 1) bad("decrease_every", "must be ≥ 1, got " + std::to_string(o.decrease_every));
@@ -61,7 +65,8 @@ LossScale::LossScale(LossScaleOptions o) : options_(o) {
 }
 
 void LossScale::set_state(const LossScaleState& s) {
-    if (!(std::isfinite(s.scale) && s.scale > 0)) bad("state.scale", "must be finite and > 0, got " + number_text(s.scale));
+    if (!(std::isfinite(s.scale) && s.scale > 0))
+        bad("state.scale", "must be finite and > 0, got " + number_text(s.scale));
     state_ = s;
 }
 

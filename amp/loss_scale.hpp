@@ -39,11 +39,8 @@ namespace mixprec::amp {
 
 /// The rules, one per library whose dynamic loss scaling mixprec reproduces (amp/loss_scale_rules.cpp:
 /// one function each). Checkpoints store a rule by its position here: add a new rule last, before
-/// `count`, and never reorder.
-enum class ScaleRule : std::uint8_t {
-    mixprec, keras, tf_keras, pytorch, deepspeed, megatron, cerebras, ascend,
-    count ///< not a rule: how many rules there are
-};
+/// `count` (not a rule: how many rules there are), and never reorder.
+enum class ScaleRule : std::uint8_t { mixprec, keras, tf_keras, pytorch, deepspeed, megatron, cerebras, ascend, count };
 
 /// The rule at position `index` of ScaleRule, or nothing past the last rule (for checkpoint readers).
 std::optional<ScaleRule> scale_rule_at(std::uint64_t index);
@@ -66,8 +63,8 @@ struct LossScaleOptions {
     float min_scale = 1.0f;              ///< backoff floor (rules that have one)
     float max_scale = 16777216.0f;       ///< growth cap, 2^24 (rules that have one)
     AtMinScale at_min_scale = AtMinScale::keep_going;
-    double overflow_tolerance = 0.0;     ///< cerebras: fraction of overflowing steps tolerated
-    std::int64_t decrease_every = 2;     ///< ascend: overflows (cumulative) per backoff
+    double overflow_tolerance = 0.0; ///< cerebras: fraction of overflowing steps tolerated
+    std::int64_t decrease_every = 2; ///< ascend: overflows (cumulative) per backoff
 };
 
 /// The options that reproduce a library's rule and defaults: "mixprec", "keras", "tf_keras", "pytorch",
@@ -85,14 +82,14 @@ class loss_scale_error : public std::runtime_error {
 /// Everything the rules keep between steps: saved and restored whole by checkpoints.
 struct LossScaleState {
     float scale = 1.0f;
-    std::int64_t growth_counter = 0;       ///< c (good steps for ascend, steps since rescale for cerebras)
-    std::int64_t hysteresis_left = 1;      ///< h
-    std::int64_t iteration = 0;            ///< steps seen (deepspeed's cur_iter)
-    std::int64_t last_overflow = -1;       ///< deepspeed's last_overflow_iter
-    std::int64_t overflows_counted = 0;    ///< cerebras' overflows since rescale, ascend's bad steps
-    float unclamped_scale = 1.0f;          ///< cerebras: the scale before clamping
-    std::int64_t growths = 0;              ///< times the scale grew
-    std::int64_t backoffs = 0;             ///< times the scale backed off
+    std::int64_t growth_counter = 0;    ///< c (good steps for ascend, steps since rescale for cerebras)
+    std::int64_t hysteresis_left = 1;   ///< h
+    std::int64_t iteration = 0;         ///< steps seen (deepspeed's cur_iter)
+    std::int64_t last_overflow = -1;    ///< deepspeed's last_overflow_iter
+    std::int64_t overflows_counted = 0; ///< cerebras' overflows since rescale, ascend's bad steps
+    float unclamped_scale = 1.0f;       ///< cerebras: the scale before clamping
+    std::int64_t growths = 0;           ///< times the scale grew
+    std::int64_t backoffs = 0;          ///< times the scale backed off
     friend bool operator==(const LossScaleState&, const LossScaleState&) = default;
 };
 
@@ -113,7 +110,6 @@ class LossScale {
     std::int64_t backoff_count() const { return state_.backoffs; }
 
   private:
-
     LossScaleOptions options_;
     LossScaleState state_;
 };

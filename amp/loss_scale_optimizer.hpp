@@ -35,7 +35,8 @@ class LossScaleOptimizer final : public optim::Optimizer {
     /// One loss-scaled step; returns whether it was applied (see the file comment).
     bool apply(const std::vector<autodiff::Tensor>& grads, const std::vector<autodiff::Variable>& variables) override;
     /// The same for float32 gradients that are still scaled by S (unscaled here, in place).
-    bool apply_float32(std::vector<std::vector<float>>& grads, const std::vector<autodiff::Variable>& variables) override;
+    bool apply_float32(std::vector<std::vector<float>>& grads,
+                       const std::vector<autodiff::Variable>& variables) override;
 
     /// Adds one micro-batch's scaled gradients to the float32 sums.
     void accumulate(const std::vector<autodiff::Tensor>& grads);

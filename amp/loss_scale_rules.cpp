@@ -53,8 +53,10 @@ void pytorch_step(RuleStep& r, bool finite) { keras_family_step(r, finite, r.o.m
 void deepspeed_step(RuleStep& r, bool finite) {
     LossScaleState& s = r.s;
     if (!finite) {
-        if (r.o.hysteresis == 1 || s.hysteresis_left == 1) r.back_off(r.o.min_scale);
-        else --s.hysteresis_left;
+        if (r.o.hysteresis == 1 || s.hysteresis_left == 1)
+            r.back_off(r.o.min_scale);
+        else
+            --s.hysteresis_left;
         s.last_overflow = s.iteration;
     } else {
         if (r.o.consecutive_hysteresis) s.hysteresis_left = r.o.hysteresis;
@@ -129,21 +131,39 @@ constexpr std::array<Rule, rule_count> rules{{
     {ScaleRule::mixprec, "mixprec", {}, mixprec_step},
     {ScaleRule::keras, "keras", {.rule = ScaleRule::keras, .min_scale = 0.0f, .max_scale = inf}, keras_step},
     {ScaleRule::tf_keras, "tf_keras", {.rule = ScaleRule::tf_keras, .max_scale = inf}, tf_keras_step},
-    {ScaleRule::pytorch, "pytorch",
-     {.rule = ScaleRule::pytorch, .initial_scale = 65536.0f, .min_scale = 0.0f, .max_scale = inf}, pytorch_step},
-    {ScaleRule::deepspeed, "deepspeed",
-     {.rule = ScaleRule::deepspeed, .initial_scale = 65536.0f, .growth_interval = 1000, .hysteresis = 2,
-      .max_scale = inf, .at_min_scale = AtMinScale::raise},
+    {ScaleRule::pytorch,
+     "pytorch",
+     {.rule = ScaleRule::pytorch, .initial_scale = 65536.0f, .min_scale = 0.0f, .max_scale = inf},
+     pytorch_step},
+    {ScaleRule::deepspeed,
+     "deepspeed",
+     {.rule = ScaleRule::deepspeed,
+      .initial_scale = 65536.0f,
+      .growth_interval = 1000,
+      .hysteresis = 2,
+      .max_scale = inf,
+      .at_min_scale = AtMinScale::raise},
      deepspeed_step},
-    {ScaleRule::megatron, "megatron",
-     {.rule = ScaleRule::megatron, .initial_scale = 4294967296.0f, .growth_interval = 1000, .hysteresis = 2,
+    {ScaleRule::megatron,
+     "megatron",
+     {.rule = ScaleRule::megatron,
+      .initial_scale = 4294967296.0f,
+      .growth_interval = 1000,
+      .hysteresis = 2,
       .max_scale = inf},
      megatron_step},
-    {ScaleRule::cerebras, "cerebras", {.rule = ScaleRule::cerebras, .min_scale = 0x1p-14f, .max_scale = 32768.0f},
+    {ScaleRule::cerebras,
+     "cerebras",
+     {.rule = ScaleRule::cerebras, .min_scale = 0x1p-14f, .max_scale = 32768.0f},
      cerebras_step},
-    {ScaleRule::ascend, "ascend",
-     {.rule = ScaleRule::ascend, .initial_scale = 65536.0f, .growth_interval = 1000, .backoff_factor = 0.8f,
-      .max_scale = inf, .decrease_every = 2},
+    {ScaleRule::ascend,
+     "ascend",
+     {.rule = ScaleRule::ascend,
+      .initial_scale = 65536.0f,
+      .growth_interval = 1000,
+      .backoff_factor = 0.8f,
+      .max_scale = inf,
+      .decrease_every = 2},
      ascend_step},
 }};
 

@@ -4,8 +4,8 @@
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 
 #include <cfloat>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -35,7 +35,7 @@ void store(float* dst, const float* src, std::size_t n) {
     std::memcpy(dst, src, n * sizeof(float));
 }
 
-using floats16 = float __attribute__((vector_size(64)));  // lowered to what each vector width has
+using floats16 = float __attribute__((vector_size(64))); // lowered to what each vector width has
 using ints16 = std::int32_t __attribute__((vector_size(64)));
 
 /// Scales p[0..n) in place by `inv`; returns (all finite, Σ p²). Run at the vector width of the
@@ -100,9 +100,12 @@ template <autodiff::Dtype D, bool Stream>
                                                              __m512 inv, avx512_sums& sums, int acc) {
     constexpr int inf_or_nan = 0x01 | 0x08 | 0x10 | 0x80; // fpclass: QNaN, +inf, -inf, SNaN
     const __m512 v = _mm512_mul_ps(load16<D>(src, i, m), inv);
-    if (m != 0xffff) _mm512_mask_storeu_ps(dst + i, m, v);
-    else if constexpr (Stream) _mm512_stream_ps(dst + i, v);
-    else _mm512_storeu_ps(dst + i, v);
+    if (m != 0xffff)
+        _mm512_mask_storeu_ps(dst + i, m, v);
+    else if constexpr (Stream)
+        _mm512_stream_ps(dst + i, v);
+    else
+        _mm512_storeu_ps(dst + i, v);
     sums.squares[acc] = _mm512_fmadd_ps(v, v, sums.squares[acc]);
     sums.bad |= _mm512_fpclass_ps_mask(v, inf_or_nan);
 }
@@ -169,9 +172,11 @@ UnscaleResult unscale(const autodiff::Tensor& grad, float inverse_scale, std::sp
     const autodiff::Dtype d = grad.dtype();
     if ((d == autodiff::Dtype::float32 || d == autodiff::Dtype::float16 || d == autodiff::Dtype::bfloat16) &&
         autodiff::isa() >= autodiff::Isa::avx512)
-        return d == autodiff::Dtype::float32   ? unscale_avx512<autodiff::Dtype::float32>(grad.raw(), inverse_scale, out.data(), grad.size())
-               : d == autodiff::Dtype::float16 ? unscale_avx512<autodiff::Dtype::float16>(grad.raw(), inverse_scale, out.data(), grad.size())
-                                               : unscale_avx512<autodiff::Dtype::bfloat16>(grad.raw(), inverse_scale, out.data(), grad.size());
+        return d == autodiff::Dtype::float32
+                   ? unscale_avx512<autodiff::Dtype::float32>(grad.raw(), inverse_scale, out.data(), grad.size())
+               : d == autodiff::Dtype::float16
+                   ? unscale_avx512<autodiff::Dtype::float16>(grad.raw(), inverse_scale, out.data(), grad.size())
+                   : unscale_avx512<autodiff::Dtype::bfloat16>(grad.raw(), inverse_scale, out.data(), grad.size());
 #endif
     const auto* bytes = static_cast<const std::byte*>(grad.raw());
     const std::size_t width = autodiff::size_of(grad.dtype());

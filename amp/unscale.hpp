@@ -10,8 +10,8 @@
 namespace mixprec::amp {
 
 struct UnscaleResult {
-    bool finite = true;       ///< no inf or NaN in grad · (1/S)
-    double squared_norm = 0;  ///< Σ (grad · 1/S)², meaningful when finite
+    bool finite = true;      ///< no inf or NaN in grad · (1/S)
+    double squared_norm = 0; ///< Σ (grad · 1/S)², meaningful when finite
 };
 
 /// out[i] = float(grad[i]) · inverse_scale (out holds grad.size() floats). Returns whether all results

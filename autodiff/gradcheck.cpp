@@ -89,8 +89,9 @@ GradcheckResult gradcheck_against_float32(const Function& f, const std::vector<T
     GradcheckResult r;
     for (std::size_t k = 0; k < inputs.size(); ++k) {
         if (gn[k].dtype() != dtype) {
-            note(r, 1.0, "input " + std::to_string(k) + ": gradient is " + gn[k].description() + ", expected " +
-                             std::string(name_of(dtype)));
+            note(r, 1.0,
+                 "input " + std::to_string(k) + ": gradient is " + gn[k].description() + ", expected " +
+                     std::string(name_of(dtype)));
             continue;
         }
         const std::vector<float> a = gn[k].to_floats(), b = gw[k].to_floats();

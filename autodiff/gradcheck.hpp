@@ -19,16 +19,16 @@ namespace mixprec::autodiff {
 using Function = std::function<Tensor(const std::vector<Tensor>&)>;
 
 struct GradcheckOptions {
-    double step = 1e-2;  ///< relative finite-difference step
-    double rtol = 1e-2;  ///< relative tolerance
-    double atol = 1e-3;  ///< absolute tolerance
-    unsigned seed = 7;   ///< for the weights w
+    double step = 1e-2; ///< relative finite-difference step
+    double rtol = 1e-2; ///< relative tolerance
+    double atol = 1e-3; ///< absolute tolerance
+    unsigned seed = 7;  ///< for the weights w
 };
 
 struct GradcheckResult {
     bool passed = true;
-    double max_error = 0;  ///< largest |analytic - numeric| - rtol |numeric| seen
-    std::string worst;     ///< which element that was, with both values
+    double max_error = 0; ///< largest |analytic - numeric| - rtol |numeric| seen
+    std::string worst;    ///< which element that was, with both values
 };
 
 /// Checks f's backward at float32 `inputs`.

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -92,7 +92,8 @@ void for_each_tap(const geometry& g, std::size_t row, std::size_t b, Visit visit
                 const auto [jlo, jhi] = valid(g.wo, g.w, o.stride[1], o.padding[1], q * o.dilation[1]);
                 // `at` may wrap below 0, but at + i·step + j·s₁ is exact inside the valid ranges (unsigned
                 // arithmetic is modular)
-                const std::size_t at = (c * g.h + p * o.dilation[0] - o.padding[0]) * g.w + q * o.dilation[1] - o.padding[1];
+                const std::size_t at =
+                    (c * g.h + p * o.dilation[0] - o.padding[0]) * g.w + q * o.dilation[1] - o.padding[1];
                 visit(tap{r * row + b * g.l(), at, o.stride[0] * g.w, ilo, ihi, jlo, jhi});
             }
 }
@@ -215,7 +216,8 @@ float* workspace(Tensor& t, std::size_t at, std::size_t n, bool zero) {
 }
 
 void commit(Tensor& t, std::size_t at, const float* v, std::size_t n) {
-    if (t.dtype() != Dtype::float32) narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype());
+    if (t.dtype() != Dtype::float32)
+        narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype());
 }
 
 /// Images per chunk of the range [lo, hi), balanced so every chunk has about the same size.
@@ -235,7 +237,8 @@ void over_batch(const geometry& g, Part part) {
     const std::size_t threads = static_cast<std::size_t>(omp_get_max_threads());
 #pragma omp parallel num_threads(threads) if (g.n >= threads && threads > 1)
     {
-        const std::size_t t = static_cast<std::size_t>(omp_get_thread_num()), nt = static_cast<std::size_t>(omp_get_num_threads());
+        const std::size_t t = static_cast<std::size_t>(omp_get_thread_num()),
+                          nt = static_cast<std::size_t>(omp_get_num_threads());
         part(t, g.n * t / nt, g.n * (t + 1) / nt);
     }
 }
@@ -250,7 +253,7 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, Tenso
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
             for (std::size_t b = 0; b < nb; ++b) im2col(g, x + (n0 + b) * image, row, b, cols);
             gemm(g.o, row, k, false, false, w, cols, prod); // (O, nb·L) = w · cols
-            for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = prod[:, b·L : (b+1)·L] + bias, rounded once
+            for (std::size_t b = 0; b < nb; ++b) {          // y[n0 + b] = prod[:, b·L : (b+1)·L] + bias, rounded once
                 float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
                 for (std::size_t o = 0; o < g.o; ++o) {
                     const float* src = prod + o * row + b * l;
@@ -264,8 +267,8 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, Tenso
 }
 
 struct conv_grads {
-    Tensor& dx;      // (N, C, H, W)
-    float *dw, *db;  // (O, C·kh·kw), (O) or null
+    Tensor& dx;     // (N, C, H, W)
+    float *dw, *db; // (O, C·kh·kw), (O) or null
 };
 
 template <class T>
@@ -315,8 +318,18 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
 
 detail::conv_bf16_shape conv_shape(const geometry& g) {
     const auto& o = g.opt;
-    return {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo, {o.stride[0], o.stride[1]},
-            {o.dilation[0], o.dilation[1]}, {o.padding[0], o.padding[1]}};
+    return {g.n,
+            g.c,
+            g.h,
+            g.w,
+            g.o,
+            g.kh,
+            g.kw,
+            g.ho,
+            g.wo,
+            {o.stride[0], o.stride[1]},
+            {o.dilation[0], o.dilation[1]},
+            {o.padding[0], o.padding[1]}};
 }
 
 } // namespace

@@ -19,9 +19,8 @@ template <class D>
 Tensor unary_op(const Tensor& x, Tensor y, D derivative) {
     if (should_record({&x}))
         record(y, {&x}, [x, y, derivative](const Tensor& dy) {
-            return Gradients{kernels::detail::zip3(dy, x, y, x.dtype(), [derivative](float g, float u, float v) {
-                return g * derivative(u, v);
-            })};
+            return Gradients{kernels::detail::zip3(
+                dy, x, y, x.dtype(), [derivative](float g, float u, float v) { return g * derivative(u, v); })};
         });
     return y;
 }
@@ -46,7 +45,8 @@ Tensor gelu_forward(const Tensor& x) {
     return detail::vectorized([&] { return map(x, [](float u) { return gelu_value(u); }); });
 }
 Tensor gelu_backward(const Tensor& dy, const Tensor& x) {
-    return detail::vectorized([&] { return zip(dy, x, x.dtype(), [](float g, float u) { return g * gelu_derivative(u); }); });
+    return detail::vectorized(
+        [&] { return zip(dy, x, x.dtype(), [](float g, float u) { return g * gelu_derivative(u); }); });
 }
 
 } // namespace
@@ -82,8 +82,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
     Tensor y = kernels::div(a, b);
     if (should_record({&a, &b}))
         record(y, {&a, &b}, [a, b, y](const Tensor& dy) {
-            const Tensor da = kernels::div(dy, b);                // dy / b
-            const Tensor db = kernels::neg(kernels::mul(da, y));  // -dy a / b² = -(dy / b)(a / b)
+            const Tensor da = kernels::div(dy, b);               // dy / b
+            const Tensor db = kernels::neg(kernels::mul(da, y)); // -dy a / b² = -(dy / b)(a / b)
             return Gradients{unbroadcast(da, a.shape()), unbroadcast(db, b.shape())};
         });
     return y;
@@ -130,16 +130,14 @@ Tensor sigmoid(const Tensor& x) {
 
 Tensor gelu(const Tensor& x) {
     Tensor y = gelu_forward(x);
-    if (should_record({&x}))
-        record(y, {&x}, [x](const Tensor& dy) { return Gradients{gelu_backward(dy, x)}; });
+    if (should_record({&x})) record(y, {&x}, [x](const Tensor& dy) { return Gradients{gelu_backward(dy, x)}; });
     return y;
 }
 
 Tensor cast(const Tensor& x, Dtype dtype) {
     Tensor y = x.to(dtype);
     if (dtype == x.dtype()) y = stop_gradient(y); // a new tensor, so the op has its own identity
-    if (should_record({&x}))
-        record(y, {&x}, [from = x.dtype()](const Tensor& dy) { return Gradients{dy.to(from)}; });
+    if (should_record({&x})) record(y, {&x}, [from = x.dtype()](const Tensor& dy) { return Gradients{dy.to(from)}; });
     return y;
 }
 

@@ -33,8 +33,9 @@ void check_labels(std::span<const std::int32_t> labels, const Tensor& logits) {
     const std::size_t classes = logits.shape()[1];
     for (std::size_t i = 0; i < labels.size(); ++i)
         if (labels[i] < 0 || static_cast<std::size_t>(labels[i]) >= classes)
-            throw std::invalid_argument("sparse_categorical_crossentropy: label at index " + std::to_string(i) + " is " +
-                                        std::to_string(labels[i]) + ", outside [0, " + std::to_string(classes) + ")");
+            throw std::invalid_argument("sparse_categorical_crossentropy: label at index " + std::to_string(i) +
+                                        " is " + std::to_string(labels[i]) + ", outside [0, " +
+                                        std::to_string(classes) + ")");
 }
 
 } // namespace
@@ -60,22 +61,23 @@ Tensor sparse_categorical_crossentropy(std::span<const std::int32_t> labels, con
     }
     Tensor loss = scalar(pairwise_sum(losses.data(), batch) / static_cast<float>(batch));
     if (should_record({&logits}))
-        record(loss, {&logits}, [p = std::move(p), labels = std::vector<std::int32_t>(labels.begin(), labels.end()),
-                                 shape = logits.shape(), dtype = logits.dtype(), from_logits](const Tensor& dy) {
-            const std::size_t batch = labels.size(), classes = shape[1];
-            const float c = dy.flat(0) / static_cast<float>(batch);
-            std::vector<float> g(p.size(), 0.0f);
-            for (std::size_t i = 0; i < batch; ++i) {
-                const std::size_t at = i * classes + static_cast<std::size_t>(labels[i]);
-                if (from_logits) {
-                    for (std::size_t j = 0; j < classes; ++j) g[i * classes + j] = p[i * classes + j] * c;
-                    g[at] = (p[at] - 1.0f) * c;
-                } else if (p[at] > probability_epsilon) {
-                    g[at] = -c / p[at];
-                }
-            }
-            return Gradients{Tensor::from_floats(shape, g, dtype)};
-        });
+        record(loss, {&logits},
+               [p = std::move(p), labels = std::vector<std::int32_t>(labels.begin(), labels.end()),
+                shape = logits.shape(), dtype = logits.dtype(), from_logits](const Tensor& dy) {
+                   const std::size_t batch = labels.size(), classes = shape[1];
+                   const float c = dy.flat(0) / static_cast<float>(batch);
+                   std::vector<float> g(p.size(), 0.0f);
+                   for (std::size_t i = 0; i < batch; ++i) {
+                       const std::size_t at = i * classes + static_cast<std::size_t>(labels[i]);
+                       if (from_logits) {
+                           for (std::size_t j = 0; j < classes; ++j) g[i * classes + j] = p[i * classes + j] * c;
+                           g[at] = (p[at] - 1.0f) * c;
+                       } else if (p[at] > probability_epsilon) {
+                           g[at] = -c / p[at];
+                       }
+                   }
+                   return Gradients{Tensor::from_floats(shape, g, dtype)};
+               });
     return loss;
 }
 

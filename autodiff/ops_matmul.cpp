@@ -31,13 +31,15 @@ Tensor grad_a(const Tensor& dc, const Tensor& a, const Tensor& b, MatmulOptions 
 Tensor grad_b(const Tensor& dc, const Tensor& a, const Tensor& b, MatmulOptions o) {
     if (b.rank() == 2 && a.rank() == 3) { // one b for every batch: sum the per-batch gradients
         const Tensor per_batch =
-            o.transpose_b ? kernels::matmul(dc, a, {.transpose_a = true, .transpose_b = o.transpose_a, .backend = o.backend})
-                          : kernels::matmul(a, dc, {.transpose_a = !o.transpose_a, .backend = o.backend});
+            o.transpose_b
+                ? kernels::matmul(dc, a, {.transpose_a = true, .transpose_b = o.transpose_a, .backend = o.backend})
+                : kernels::matmul(a, dc, {.transpose_a = !o.transpose_a, .backend = o.backend});
         return kernels::sum_to_shape(per_batch, b.shape());
     }
     if (!o.transpose_b) // dB = op(A)ᵀ dC
         return kernels::matmul(a, dc, {.transpose_a = !o.transpose_a, .backend = o.backend});
-    return kernels::matmul(dc, a, {.transpose_a = true, .transpose_b = o.transpose_a, .backend = o.backend}); // dCᵀ op(A)
+    return kernels::matmul(dc, a,
+                           {.transpose_a = true, .transpose_b = o.transpose_a, .backend = o.backend}); // dCᵀ op(A)
 }
 
 } // namespace

@@ -41,29 +41,29 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     }
     Tensor y = Tensor::from_floats(x.shape(), out, x.dtype());
     if (should_record({&x, &gamma, &beta}))
-        record(y, {&x, &gamma, &beta}, [gamma, xhat = std::move(xhat), rstd = std::move(rstd), rows, d,
-                                        shape = x.shape()](const Tensor& dy) {
-            const std::vector<float> dys = dy.to_floats(), gs = gamma.to_floats();
-            std::vector<float> dx(dys.size()), dgamma(d, 0.0f), dbeta(d, 0.0f), gx(d);
-            for (std::size_t r = 0; r < rows; ++r) {
-                const float* dyr = dys.data() + r * d;
-                const float* xr = xhat.data() + r * d;
-                float mean_g = 0, mean_gx = 0;
-                for (std::size_t j = 0; j < d; ++j) {
-                    gx[j] = gs[j] * dyr[j];
-                    mean_g += gx[j];
-                    mean_gx += gx[j] * xr[j];
-                    dgamma[j] += dyr[j] * xr[j];
-                    dbeta[j] += dyr[j];
-                }
-                mean_g /= static_cast<float>(d);
-                mean_gx /= static_cast<float>(d);
-                for (std::size_t j = 0; j < d; ++j) dx[r * d + j] = rstd[r] * (gx[j] - mean_g - xr[j] * mean_gx);
-            }
-            const Dtype t = gamma.dtype();
-            return Gradients{Tensor::from_floats(shape, dx, t), Tensor::from_floats(Shape{d}, dgamma, t),
-                             Tensor::from_floats(Shape{d}, dbeta, t)};
-        });
+        record(y, {&x, &gamma, &beta},
+               [gamma, xhat = std::move(xhat), rstd = std::move(rstd), rows, d, shape = x.shape()](const Tensor& dy) {
+                   const std::vector<float> dys = dy.to_floats(), gs = gamma.to_floats();
+                   std::vector<float> dx(dys.size()), dgamma(d, 0.0f), dbeta(d, 0.0f), gx(d);
+                   for (std::size_t r = 0; r < rows; ++r) {
+                       const float* dyr = dys.data() + r * d;
+                       const float* xr = xhat.data() + r * d;
+                       float mean_g = 0, mean_gx = 0;
+                       for (std::size_t j = 0; j < d; ++j) {
+                           gx[j] = gs[j] * dyr[j];
+                           mean_g += gx[j];
+                           mean_gx += gx[j] * xr[j];
+                           dgamma[j] += dyr[j] * xr[j];
+                           dbeta[j] += dyr[j];
+                       }
+                       mean_g /= static_cast<float>(d);
+                       mean_gx /= static_cast<float>(d);
+                       for (std::size_t j = 0; j < d; ++j) dx[r * d + j] = rstd[r] * (gx[j] - mean_g - xr[j] * mean_gx);
+                   }
+                   const Dtype t = gamma.dtype();
+                   return Gradients{Tensor::from_floats(shape, dx, t), Tensor::from_floats(Shape{d}, dgamma, t),
+                                    Tensor::from_floats(Shape{d}, dbeta, t)};
+               });
     return y;
 }
 
@@ -87,19 +87,21 @@ Tensor embedding(const Tensor& table, std::span<const std::int32_t> ids, const S
     Tensor y(Shape(std::span<const std::size_t>(dims.data(), ids_shape.rank() + 1)), table.dtype());
     const std::size_t row_bytes = dim * size_of(table.dtype());
     for (std::size_t i = 0; i < ids.size() && row_bytes != 0; ++i)
-        std::memcpy(kernels::detail::bytes_at(y, i * dim), kernels::detail::bytes_at(table, static_cast<std::size_t>(ids[i]) * dim), row_bytes);
+        std::memcpy(kernels::detail::bytes_at(y, i * dim),
+                    kernels::detail::bytes_at(table, static_cast<std::size_t>(ids[i]) * dim), row_bytes);
 
     if (should_record({&table}))
-        record(y, {&table}, [ids = std::vector<std::int32_t>(ids.begin(), ids.end()), vocab, dim,
-                             dtype = table.dtype()](const Tensor& dy) {
-            const std::vector<float> g = dy.to_floats();
-            std::vector<float> acc(vocab * dim, 0.0f);
-            for (std::size_t i = 0; i < ids.size(); ++i) {
-                float* row = acc.data() + static_cast<std::size_t>(ids[i]) * dim;
-                for (std::size_t j = 0; j < dim; ++j) row[j] += g[i * dim + j];
-            }
-            return Gradients{Tensor::from_floats(Shape{vocab, dim}, acc, dtype)};
-        });
+        record(y, {&table},
+               [ids = std::vector<std::int32_t>(ids.begin(), ids.end()), vocab, dim,
+                dtype = table.dtype()](const Tensor& dy) {
+                   const std::vector<float> g = dy.to_floats();
+                   std::vector<float> acc(vocab * dim, 0.0f);
+                   for (std::size_t i = 0; i < ids.size(); ++i) {
+                       float* row = acc.data() + static_cast<std::size_t>(ids[i]) * dim;
+                       for (std::size_t j = 0; j < dim; ++j) row[j] += g[i * dim + j];
+                   }
+                   return Gradients{Tensor::from_floats(Shape{vocab, dim}, acc, dtype)};
+               });
     return y;
 }
 

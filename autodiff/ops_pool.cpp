@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
@@ -37,7 +37,8 @@ geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kerne
                std::array<std::size_t, 2> padding) {
     const std::string what = std::string(op) + ": input " + x.shape().to_string();
     if (x.rank() != 4) throw shape_error(what + " must have rank 4 (N, C, H, W)");
-    if (kernel[0] == 0 || kernel[1] == 0) throw shape_error(what + ": kernel " + pair_text(kernel) + " must be at least 1");
+    if (kernel[0] == 0 || kernel[1] == 0)
+        throw shape_error(what + ": kernel " + pair_text(kernel) + " must be at least 1");
     for (int a = 0; a < 2; ++a)
         if (stride[a] == 0) stride[a] = kernel[a];
     geometry g{x.shape()[0] * x.shape()[1], x.shape()[2], x.shape()[3], 0, 0, kernel, stride, padding};
@@ -45,7 +46,8 @@ geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kerne
     std::size_t out[2];
     for (int a = 0; a < 2; ++a) {
         if (2 * padding[a] > kernel[a])
-            throw shape_error(what + ": padding " + pair_text(padding) + " exceeds half the kernel " + pair_text(kernel));
+            throw shape_error(what + ": padding " + pair_text(padding) + " exceeds half the kernel " +
+                              pair_text(kernel));
         if (in[a] + 2 * padding[a] < kernel[a])
             throw shape_error(what + " padded by " + pair_text(padding) + " is smaller than the kernel " +
                               pair_text(kernel));

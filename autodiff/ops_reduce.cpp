@@ -15,10 +15,10 @@ namespace {
 
 /// Where each element of x lands in the reduced result.
 struct Plan {
-    Shape kept;                                     // x's shape with the reduced axes set to 1
-    Shape out;                                      // kept, or without the reduced axes
+    Shape kept;                                        // x's shape with the reduced axes set to 1
+    Shape out;                                         // kept, or without the reduced axes
     std::array<std::size_t, Shape::max_rank> stride{}; // per x axis: stride in `kept`, 0 if reduced
-    std::size_t count = 1;                          // elements reduced into each output
+    std::size_t count = 1;                             // elements reduced into each output
 };
 
 std::string axes_string(const std::vector<int>& axes) {
@@ -143,7 +143,8 @@ Tensor max(const Tensor& x, std::vector<int> axes, bool keepdims) {
                 return v[i] == m[o] || (std::isnan(v[i]) && std::isnan(m[o]));
             };
             std::vector<float> ties(m.size(), 0.0f);
-            for_each_element(x.shape(), p, [&](std::size_t i, std::size_t o) { ties[o] += is_max(i, o) ? 1.0f : 0.0f; });
+            for_each_element(x.shape(), p,
+                             [&](std::size_t i, std::size_t o) { ties[o] += is_max(i, o) ? 1.0f : 0.0f; });
             return Gradients{spread(dy, x.shape(), p, [&](float g, std::size_t i, std::size_t o) {
                 return is_max(i, o) ? g / ties[o] : 0.0f;
             })};

@@ -68,9 +68,15 @@ Tensor gather(const Tensor& x, const Shape& shape, const Strides& stride) {
     const auto* src = static_cast<const std::byte*>(x.raw());
     auto* dst = static_cast<std::byte*>(out.raw());
     switch (size_of(x.dtype())) {
-    case 1: gather_words<1>(src, dst, shape, stride); break;
-    case 2: gather_words<2>(src, dst, shape, stride); break;
-    default: gather_words<4>(src, dst, shape, stride); break;
+    case 1:
+        gather_words<1>(src, dst, shape, stride);
+        break;
+    case 2:
+        gather_words<2>(src, dst, shape, stride);
+        break;
+    default:
+        gather_words<4>(src, dst, shape, stride);
+        break;
     }
     return out;
 }
@@ -140,17 +146,16 @@ Tensor transpose(const Tensor& x, std::vector<std::size_t> permutation) {
         throw shape_error("transpose: (" + p + ") is not a permutation of the axes of shape " + x.shape().to_string());
     }
     Tensor y = permute(x, permutation);
-    if (should_record({&x}))
-        record(y, {&x}, [inverse](const Tensor& dy) { return Gradients{permute(dy, inverse)}; });
+    if (should_record({&x})) record(y, {&x}, [inverse](const Tensor& dy) { return Gradients{permute(dy, inverse)}; });
     return y;
 }
 
 Tensor slice(const Tensor& x, int axis, std::size_t begin, std::size_t end) {
     const std::size_t a = axis_index(axis, x.shape(), "slice");
     if (begin > end || end > x.shape()[a])
-        throw shape_error("slice: [" + std::to_string(begin) + ", " + std::to_string(end) + ") is out of range for axis " +
-                          std::to_string(axis) + " (of size " + std::to_string(x.shape()[a]) + ") of shape " +
-                          x.shape().to_string());
+        throw shape_error("slice: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                          ") is out of range for axis " + std::to_string(axis) + " (of size " +
+                          std::to_string(x.shape()[a]) + ") of shape " + x.shape().to_string());
     Tensor y = slice_copy(x, a, begin, end);
     if (should_record({&x}))
         record(y, {&x}, [from = x.shape(), a, begin, end](const Tensor& dy) {

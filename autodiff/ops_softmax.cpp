@@ -32,9 +32,12 @@ Lanes lanes_of(const Shape& shape, int axis, const char* op) {
     Lanes l;
     for (long i = 0; i < r; ++i) {
         const std::size_t d = shape[static_cast<std::size_t>(i)];
-        if (i < a) l.outer *= d;
-        else if (i == a) l.len = d;
-        else l.inner *= d;
+        if (i < a)
+            l.outer *= d;
+        else if (i == a)
+            l.len = d;
+        else
+            l.inner *= d;
     }
     return l;
 }
@@ -82,28 +85,30 @@ Tensor finish(const Tensor& x, const Lanes& l, bool log, B backward) {
 
 Tensor softmax(const Tensor& x, int axis) {
     const Lanes l = lanes_of(x.shape(), axis, "softmax");
-    return finish(x, l, false, [](const std::vector<float>& p, std::vector<float>& g, std::size_t first,
-                                  std::size_t step, std::size_t len) {
-        float dot = 0.0f; // Σ dy ⊙ y
-        for (std::size_t k = 0; k < len; ++k) dot += g[first + k * step] * p[first + k * step];
-        for (std::size_t k = 0; k < len; ++k) {
-            const std::size_t j = first + k * step;
-            g[j] = p[j] * (g[j] - dot);
-        }
-    });
+    return finish(
+        x, l, false,
+        [](const std::vector<float>& p, std::vector<float>& g, std::size_t first, std::size_t step, std::size_t len) {
+            float dot = 0.0f; // Σ dy ⊙ y
+            for (std::size_t k = 0; k < len; ++k) dot += g[first + k * step] * p[first + k * step];
+            for (std::size_t k = 0; k < len; ++k) {
+                const std::size_t j = first + k * step;
+                g[j] = p[j] * (g[j] - dot);
+            }
+        });
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {
     const Lanes l = lanes_of(x.shape(), axis, "log_softmax");
-    return finish(x, l, true, [](const std::vector<float>& p, std::vector<float>& g, std::size_t first,
-                                 std::size_t step, std::size_t len) {
-        float total = 0.0f; // Σ dy
-        for (std::size_t k = 0; k < len; ++k) total += g[first + k * step];
-        for (std::size_t k = 0; k < len; ++k) {
-            const std::size_t j = first + k * step;
-            g[j] -= p[j] * total;
-        }
-    });
+    return finish(
+        x, l, true,
+        [](const std::vector<float>& p, std::vector<float>& g, std::size_t first, std::size_t step, std::size_t len) {
+            float total = 0.0f; // Σ dy
+            for (std::size_t k = 0; k < len; ++k) total += g[first + k * step];
+            for (std::size_t k = 0; k < len; ++k) {
+                const std::size_t j = first + k * step;
+                g[j] -= p[j] * total;
+            }
+        });
 }
 
 } // namespace mixprec::autodiff

@@ -126,9 +126,12 @@ std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const
     out.reserve(sources.size());
     for (const Input& s : sources) {
         auto it = grads.find(s.id);
-        if (it != grads.end()) out.emplace_back(it->second);
-        else if (mode == Unconnected::zero) out.emplace_back(Tensor(s.shape, s.dtype));
-        else out.emplace_back(std::nullopt);
+        if (it != grads.end())
+            out.emplace_back(it->second);
+        else if (mode == Unconnected::zero)
+            out.emplace_back(Tensor(s.shape, s.dtype));
+        else
+            out.emplace_back(std::nullopt);
     }
     return out;
 }
@@ -149,7 +152,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 }
 
 std::vector<std::optional<Tensor>> GradientTape::gradient_or_none(const Tensor& target,
-                                                                   const std::vector<Tensor>& sources) {
+                                                                  const std::vector<Tensor>& sources) {
     std::vector<Input> in;
     for (const Tensor& s : sources) in.push_back({s.id(), s.shape(), s.dtype()});
     return run(target, in, Unconnected::none);

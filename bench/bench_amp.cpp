@@ -56,7 +56,8 @@ void bm_unscale(benchmark::State& state, Dtype dtype) {
         benchmark::DoNotOptimize(r);
         benchmark::ClobberMemory();
     }
-    state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(elements) * std::int64_t(4 + size_of(dtype)));
+    state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(elements) *
+                            std::int64_t(4 + size_of(dtype)));
 }
 
 /// One training step of a 784-512-512-10 ReLU MLP in float16 with float32 masters.
@@ -68,7 +69,9 @@ struct Mlp {
     Mlp() : x(Tensor::from_floats(Shape{128, 784}, random_floats(128 * 784, 3), Dtype::float16)), labels(128) {
         const std::size_t sizes[] = {784, 512, 512, 10};
         for (std::size_t l = 0; l < 3; ++l) {
-            vars.emplace_back(Tensor::from_floats(Shape{sizes[l], sizes[l + 1]}, random_floats(sizes[l] * sizes[l + 1], 4 + l, 0.05f)), "w");
+            vars.emplace_back(Tensor::from_floats(Shape{sizes[l], sizes[l + 1]},
+                                                  random_floats(sizes[l] * sizes[l + 1], 4 + l, 0.05f)),
+                              "w");
             vars.emplace_back(Tensor(Shape{sizes[l + 1]}), "b");
         }
         for (auto& v : vars) v.set_working_dtype(Dtype::float16);
@@ -134,7 +137,8 @@ void bm_step_pair(benchmark::State& state) {
         bare_us.push_back(b);
         scaled_us.push_back(s);
     }
-    if (scaler->skipped_steps() != 0) state.SkipWithError("the loss-scaled step skipped steps: the comparison would flatter it");
+    if (scaler->skipped_steps() != 0)
+        state.SkipWithError("the loss-scaled step skipped steps: the comparison would flatter it");
     state.counters["ratio"] = median(ratios);
     state.counters["bare_us"] = median(bare_us);
     state.counters["scaled_us"] = median(scaled_us);
@@ -151,7 +155,9 @@ int main(int argc, char** argv) {
     const std::string n = std::to_string(elements);
     configure(benchmark::RegisterBenchmark(("copy/float32/" + n).c_str(), bm_copy), 0.25);
     for (Dtype d : {Dtype::float16, Dtype::float32})
-        configure(benchmark::RegisterBenchmark(("unscale/" + std::string(name_of(d)) + "/fused/" + n).c_str(), bm_unscale, d), 0.25);
+        configure(
+            benchmark::RegisterBenchmark(("unscale/" + std::string(name_of(d)) + "/fused/" + n).c_str(), bm_unscale, d),
+            0.25);
     configure(benchmark::RegisterBenchmark("step/adam", bm_step, false), 0.3);
     configure(benchmark::RegisterBenchmark("step/loss_scale_adam", bm_step, true), 0.3);
     configure(benchmark::RegisterBenchmark("step_pair/loss_scale_adam", bm_step_pair), 0.6);

@@ -31,7 +31,8 @@ namespace {
 using namespace mixprec::autodiff;
 
 constexpr std::size_t large_elements = std::size_t{64} << 20; // 64 Mi floats: 256 MiB, far beyond every cache
-constexpr std::size_t l2_elements = std::size_t{64} << 10;     // 64 Ki floats: 256 KiB, fits a 1 MiB L2 with its destination
+constexpr std::size_t l2_elements = std::size_t{64}
+                                    << 10; // 64 Ki floats: 256 KiB, fits a 1 MiB L2 with its destination
 
 constexpr Dtype narrow_formats[] = {Dtype::float16, Dtype::bfloat16, Dtype::cbfloat16, Dtype::float8_e4m3,
                                     Dtype::float8_e5m2};
@@ -43,8 +44,7 @@ struct Buffer {
     };
     std::unique_ptr<std::byte[], Free> bytes;
 
-    explicit Buffer(std::size_t n)
-        : bytes(static_cast<std::byte*>(::operator new[](n, std::align_val_t{64}))) {
+    explicit Buffer(std::size_t n) : bytes(static_cast<std::byte*>(::operator new[](n, std::align_val_t{64}))) {
         std::memset(bytes.get(), 0, n); // fault the pages in before anything is timed
     }
     void* get() const { return bytes.get(); }

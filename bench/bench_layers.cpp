@@ -31,7 +31,8 @@ struct Gemm {
 };
 
 // Dense 784 -> 512 at batch 128 (the dense op: y = x W + b rounded once), dx = dy Wᵀ, dW = xᵀ dy.
-const std::vector<Gemm> dense_gemms{{128, 784, 512, false, false, true}, {128, 512, 784, false, true, true}, {784, 128, 512, true, false, true}};
+const std::vector<Gemm> dense_gemms{
+    {128, 784, 512, false, false, true}, {128, 512, 784, false, true, true}, {784, 128, 512, true, false, true}};
 // conv2d (128, 32, 13, 13) * (64, 32, 3, 3) -> (128, 64, 11, 11) as im2col GEMMs over P = 128·11·11 rows
 // and K = 32·3·3 columns: forward, weight gradient, column gradient.
 constexpr std::size_t P = 128 * 11 * 11, K = 32 * 3 * 3;
@@ -72,7 +73,8 @@ void bm_peer_onednn(benchmark::State& state, std::vector<Gemm> gemms) {
     for (auto _ : state)
         for (std::size_t i = 0; i < gemms.size(); ++i) {
             const Gemm& g = gemms[i];
-            detail::onednn_matmul_bf16({1, g.m, g.n, g.k, g.ta, g.tb, false}, a[i].raw(), b[i].raw(), c[i].raw(), g.bf16_out);
+            detail::onednn_matmul_bf16({1, g.m, g.n, g.k, g.ta, g.tb, false}, a[i].raw(), b[i].raw(), c[i].raw(),
+                                       g.bf16_out);
             benchmark::DoNotOptimize(c[i].raw());
         }
 }
@@ -118,10 +120,12 @@ int main(int argc, char** argv) {
     for (const auto& [name, gemms] : {std::pair{"dense", dense_gemms}, std::pair{"conv2d", conv_gemms}}) {
         configure(benchmark::RegisterBenchmark((std::string("peer/") + name + "/sgemm").c_str(), bm_peer_sgemm, gemms));
         if ((isa() >= Isa::avx512_bf16))
-            configure(benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
+            configure(
+                benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
         for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
-            configure(benchmark::RegisterBenchmark((std::string("layer/") + name + "/" + std::string(name_of(d))).c_str(),
-                                                   std::string(name) == "dense" ? bm_dense : bm_conv, d));
+            configure(
+                benchmark::RegisterBenchmark((std::string("layer/") + name + "/" + std::string(name_of(d))).c_str(),
+                                             std::string(name) == "dense" ? bm_dense : bm_conv, d));
     }
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

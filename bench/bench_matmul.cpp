@@ -36,8 +36,8 @@ struct GemmShape {
 };
 
 constexpr GemmShape shapes[] = {
-    {512, 512, 512}, {1024, 1024, 1024}, // square
-    {128, 784, 512}, {128, 512, 512}, {128, 512, 10}, // MLP layers: batch 128, 784 -> 512 -> 512 -> 10
+    {512, 512, 512}, {1024, 1024, 1024},                 // square
+    {128, 784, 512}, {128, 512, 512},    {128, 512, 10}, // MLP layers: batch 128, 784 -> 512 -> 512 -> 10
 };
 
 std::vector<float> random_floats(std::size_t count, std::uint64_t seed) {
@@ -57,8 +57,8 @@ void bm_sgemm(benchmark::State& state, GemmShape s) {
     std::vector<float> c(s.m * s.n);
     const auto m = static_cast<blasint>(s.m), n = static_cast<blasint>(s.n), k = static_cast<blasint>(s.k);
     for (auto _ : state) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                    c.data(), n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(),
+                    n);
         benchmark::DoNotOptimize(c.data());
         benchmark::ClobberMemory();
     }
@@ -81,9 +81,12 @@ void bm_matmul(benchmark::State& state, GemmShape s, Dtype dtype, MatmulBackend 
 
 const char* backend_name(MatmulBackend b) {
     switch (b) {
-    case MatmulBackend::automatic: return "automatic";
-    case MatmulBackend::sgemm: return "sgemm";
-    case MatmulBackend::onednn: return "onednn";
+    case MatmulBackend::automatic:
+        return "automatic";
+    case MatmulBackend::sgemm:
+        return "sgemm";
+    case MatmulBackend::onednn:
+        return "onednn";
     }
     return "?";
 }
@@ -113,9 +116,9 @@ int main(int argc, char** argv) {
             configure(benchmark::RegisterBenchmark(("matmul/" + std::string(name_of(d)) + "/" + shape).c_str(),
                                                    bm_matmul, s, d, MatmulBackend::automatic));
         for (MatmulBackend be : bf16_backends)
-            configure(benchmark::RegisterBenchmark(
-                ("matmul/bfloat16/" + std::string(backend_name(be)) + "/" + shape).c_str(), bm_matmul, s,
-                Dtype::bfloat16, be));
+            configure(
+                benchmark::RegisterBenchmark(("matmul/bfloat16/" + std::string(backend_name(be)) + "/" + shape).c_str(),
+                                             bm_matmul, s, Dtype::bfloat16, be));
     }
 
     benchmark::Initialize(&argc, argv);

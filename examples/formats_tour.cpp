@@ -26,7 +26,7 @@ void print_limits(const char* name) {
 
 struct fate {
     double zero = 0, subnormal = 0, overflow = 0; // fractions of the samples
-    double error = 0; // mean relative error of the unscaled gradients (a lost one counts 1)
+    double error = 0;                             // mean relative error of the unscaled gradients (a lost one counts 1)
 };
 
 /// Rounds every gradient * scale to `dtype`, widens, divides by scale in float32: what a mixed-precision
@@ -38,10 +38,14 @@ fate round_trip(const std::vector<float>& grads, Dtype dtype, float scale, float
     fate f;
     for (std::size_t i = 0; i < grads.size(); ++i) {
         const float v = back[i];
-        if (v == 0.0f) f.zero += 1;
-        else if (std::isinf(v) || std::isnan(v)) f.overflow += 1;
-        else if (std::fabs(v) < smallest_normal) f.subnormal += 1;
-        f.error += std::isfinite(v) ? std::min(1.0, std::fabs(double(v / scale) - grads[i]) / std::fabs(grads[i])) : 1.0;
+        if (v == 0.0f)
+            f.zero += 1;
+        else if (std::isinf(v) || std::isnan(v))
+            f.overflow += 1;
+        else if (std::fabs(v) < smallest_normal)
+            f.subnormal += 1;
+        f.error +=
+            std::isfinite(v) ? std::min(1.0, std::fabs(double(v / scale) - grads[i]) / std::fabs(grads[i])) : 1.0;
     }
     const double n = double(grads.size());
     f.zero /= n, f.subnormal /= n, f.overflow /= n, f.error /= n;
@@ -50,12 +54,18 @@ fate round_trip(const std::vector<float>& grads, Dtype dtype, float scale, float
 
 float smallest_normal(Dtype dtype) {
     switch (dtype) {
-    case Dtype::float16: return float(std::numeric_limits<float16>::min());
-    case Dtype::bfloat16: return float(std::numeric_limits<bfloat16>::min());
-    case Dtype::cbfloat16: return float(std::numeric_limits<cbfloat16>::min());
-    case Dtype::float8_e4m3: return float(std::numeric_limits<float8_e4m3>::min());
-    case Dtype::float8_e5m2: return float(std::numeric_limits<float8_e5m2>::min());
-    case Dtype::float32: break;
+    case Dtype::float16:
+        return float(std::numeric_limits<float16>::min());
+    case Dtype::bfloat16:
+        return float(std::numeric_limits<bfloat16>::min());
+    case Dtype::cbfloat16:
+        return float(std::numeric_limits<cbfloat16>::min());
+    case Dtype::float8_e4m3:
+        return float(std::numeric_limits<float8_e4m3>::min());
+    case Dtype::float8_e5m2:
+        return float(std::numeric_limits<float8_e5m2>::min());
+    case Dtype::float32:
+        break;
     }
     return std::numeric_limits<float>::min();
 }
@@ -68,13 +78,16 @@ int main(int argc, char** argv) {
     std::size_t samples = 1'000'000;
     unsigned seed = 0;
     app.add_option("--loss-scale", loss_scale, "loss scale to compare with no scaling")
-        ->check(CLI::Range(1.0f, 1e30f))->capture_default_str();
+        ->check(CLI::Range(1.0f, 1e30f))
+        ->capture_default_str();
     app.add_option("--samples", samples, "number of synthetic gradients")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}))->capture_default_str();
+        ->check(CLI::Range(std::size_t{1}, std::size_t{100'000'000}))
+        ->capture_default_str();
     app.add_option("--seed", seed, "random seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    std::printf("mixprec %s, instruction-set level: %s\n\n", MIXPREC_VERSION_STRING, std::string(name_of(isa())).c_str());
+    std::printf("mixprec %s, instruction-set level: %s\n\n", MIXPREC_VERSION_STRING,
+                std::string(name_of(isa())).c_str());
     std::printf("  %-12s %12s %12s %12s %10s   %s\n", "format", "max", "min normal", "min subnormal", "epsilon",
                 "specials");
     print_limits<float16>("float16");

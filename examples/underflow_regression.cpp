@@ -26,7 +26,7 @@ namespace {
 struct Outcome {
     double zero_fraction; // of the gradient elements reaching pred, at the first step
     float final_loss;
-    double weight_error;  // max |w - w*| / max |w*|
+    double weight_error; // max |w - w*| / max |w*|
     std::int64_t skipped;
     float final_scale;
 };
@@ -63,7 +63,9 @@ Outcome train(Dtype dtype, std::unique_ptr<optim::Optimizer> opt, const Tensor& 
             scaler ? scaler->scale() : 1.0f};
 }
 
-std::unique_ptr<optim::Optimizer> sgd() { return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.5f}); }
+std::unique_ptr<optim::Optimizer> sgd() {
+    return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.5f});
+}
 
 } // namespace
 
@@ -92,7 +94,8 @@ int main(int argc, char** argv) {
     rows.push_back({"float32", Dtype::float32, sgd()});
     rows.push_back({"float16, no loss scaling", Dtype::float16, sgd()});
     rows.push_back({"float16, fixed scale 4096", Dtype::float16,
-                    std::make_unique<amp::LossScaleOptimizer>(sgd(), amp::LossScaleOptions{.dynamic = false, .initial_scale = 4096})});
+                    std::make_unique<amp::LossScaleOptimizer>(
+                        sgd(), amp::LossScaleOptions{.dynamic = false, .initial_scale = 4096})});
     rows.push_back({"float16, dynamic scale", Dtype::float16, std::make_unique<amp::LossScaleOptimizer>(sgd())});
 
     std::printf("linear regression, X (4096, 16), |w*| ~ 3e-5, SGD lr 0.5, %d steps\n\n", steps);

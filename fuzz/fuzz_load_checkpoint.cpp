@@ -66,8 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         try {
             (void)mixprec::models::read_checkpoint_info(std::span<const std::uint8_t>(sealed));
-        } catch (const mixprec::models::checkpoint_error&) {
-        }
+        } catch (const mixprec::models::checkpoint_error&) {}
     } catch (const std::exception& e) {
         std::fprintf(stderr, "fuzz_load_checkpoint: unexpected exception: %s\n", e.what());
         std::abort();

@@ -24,7 +24,7 @@ enum class Kind { sgd_float32, adam_float32, loss_scaled_adam_float16 };
 inline constexpr Kind kinds[] = {Kind::sgd_float32, Kind::adam_float32, Kind::loss_scaled_adam_float16};
 
 struct Target {
-    std::vector<Variable> variables;  // three trainable, one not
+    std::vector<Variable> variables; // three trainable, one not
     std::vector<Variable> trainable;
     std::unique_ptr<mixprec::optim::Optimizer> optimizer;
     mixprec::models::TrainingState state;
@@ -34,9 +34,10 @@ struct Target {
         using namespace mixprec;
         const bool mixed = kind == Kind::loss_scaled_adam_float16;
         policy = mixed ? "mixed_float16" : "float32";
-        const std::vector<std::pair<const char*, Shape>> specs = {
-            {"dense/kernel", Shape{3, 4}}, {"dense/bias", Shape{4}}, {"dense_1/kernel", Shape{4, 2}},
-            {"norm/count", Shape{2}}};
+        const std::vector<std::pair<const char*, Shape>> specs = {{"dense/kernel", Shape{3, 4}},
+                                                                  {"dense/bias", Shape{4}},
+                                                                  {"dense_1/kernel", Shape{4, 2}},
+                                                                  {"norm/count", Shape{2}}};
         float value = 0.125f;
         for (const auto& [name, shape] : specs) {
             const bool is_trainable = std::string(name) != "norm/count";
@@ -66,16 +67,16 @@ struct Target {
         };
         for (const Variable& v : variables) add(v.value().raw(), v.value().nbytes());
         for (const auto& s : optimizer->slots()) add(s.values.data(), s.values.size_bytes());
-        const std::int64_t counters[] = {optimizer->iterations(), optimizer->built(), state.step, state.epoch,
-                                         state.batch_in_epoch, state.epoch_examples, state.epoch_correct};
+        const std::int64_t counters[] = {optimizer->iterations(), optimizer->built(),   state.step,         state.epoch,
+                                         state.batch_in_epoch,    state.epoch_examples, state.epoch_correct};
         add(counters, sizeof counters);
         add(&state.epoch_loss_sum, sizeof state.epoch_loss_sum);
         for (const auto* rng : {&state.shuffle_rng, &state.dropout_rng, &state.init_rng}) add(rng->state().data(), 32);
         if (const auto* lso = dynamic_cast<const mixprec::amp::LossScaleOptimizer*>(optimizer.get())) {
             const auto& s = lso->loss_scale().state();
-            const std::int64_t scale_counters[] = {s.growth_counter, s.hysteresis_left, s.iteration, s.last_overflow,
-                                                   s.overflows_counted, s.growths, s.backoffs, lso->skipped_steps(),
-                                                   lso->last_step_skipped()};
+            const std::int64_t scale_counters[] = {s.growth_counter, s.hysteresis_left,    s.iteration,
+                                                   s.last_overflow,  s.overflows_counted,  s.growths,
+                                                   s.backoffs,       lso->skipped_steps(), lso->last_step_skipped()};
             add(scale_counters, sizeof scale_counters);
             add(&s.scale, sizeof s.scale);
             const auto& o = lso->loss_scale().options();

@@ -72,14 +72,18 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
     float* const v = slot(1, index).data();
     float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
     autodiff::detail::vectorized([&] {
-        adam_loop(w.size(), w.data(), m, v, v_max, g.data(), options_.beta1, options_.beta2, options_.epsilon, step_size,
-                  bc2_sqrt, decay);
+        adam_loop(w.size(), w.data(), m, v, v_max, g.data(), options_.beta1, options_.beta2, options_.epsilon,
+                  step_size, bc2_sqrt, decay);
     });
 }
 
 AdamW::AdamW(Options o)
-    : Adam({.learning_rate = o.learning_rate, .beta1 = o.beta1, .beta2 = o.beta2, .epsilon = o.epsilon,
-            .amsgrad = o.amsgrad, .clip = o.clip},
+    : Adam({.learning_rate = o.learning_rate,
+            .beta1 = o.beta1,
+            .beta2 = o.beta2,
+            .epsilon = o.epsilon,
+            .amsgrad = o.amsgrad,
+            .clip = o.clip},
            o.weight_decay, "AdamW"),
       options_(std::move(o)) {}
 

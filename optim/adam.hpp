@@ -15,9 +15,9 @@ class Adam : public SlotOptimizer {
   public:
     struct Options {
         LearningRate learning_rate = 0.001f;
-        float beta1 = 0.9f;     ///< in [0, 1)
-        float beta2 = 0.999f;   ///< in [0, 1)
-        float epsilon = 1e-7f;  ///< ≥ 0
+        float beta1 = 0.9f;    ///< in [0, 1)
+        float beta2 = 0.999f;  ///< in [0, 1)
+        float epsilon = 1e-7f; ///< ≥ 0
         bool amsgrad = false;
         Clipping clip{};
     };

@@ -26,7 +26,8 @@ void scale_if_above(std::vector<float>& g, double norm, double c) {
 } // namespace
 
 void validate(const Clipping& clip) {
-    const int set = int(clip.clipnorm.has_value()) + int(clip.global_clipnorm.has_value()) + int(clip.clipvalue.has_value());
+    const int set =
+        int(clip.clipnorm.has_value()) + int(clip.global_clipnorm.has_value()) + int(clip.clipvalue.has_value());
     if (set > 1) throw std::invalid_argument("Clipping: set at most one of clipnorm, global_clipnorm and clipvalue");
     auto check = [](const std::optional<float>& c, const char* name) {
         if (c && !(std::isfinite(*c) && *c > 0)) {
@@ -54,7 +55,8 @@ void clip_gradients(const Clipping& clip, std::vector<std::vector<float>>& grads
     }
 }
 
-SlotOptimizer::SlotOptimizer(LearningRate learning_rate, Clipping clip) : learning_rate_(std::move(learning_rate)), clip_(clip) {
+SlotOptimizer::SlotOptimizer(LearningRate learning_rate, Clipping clip)
+    : learning_rate_(std::move(learning_rate)), clip_(clip) {
     validate(clip_);
 }
 
@@ -135,7 +137,8 @@ std::span<float> SlotOptimizer::slot_data(std::string_view name, std::size_t var
 }
 
 void SlotOptimizer::set_iterations(std::int64_t iterations) {
-    if (iterations < 0) throw std::invalid_argument("Optimizer::set_iterations: " + std::to_string(iterations) + " < 0");
+    if (iterations < 0)
+        throw std::invalid_argument("Optimizer::set_iterations: " + std::to_string(iterations) + " < 0");
     iterations_ = iterations;
 }
 

@@ -84,8 +84,8 @@ class Optimizer {
 
     /// One slot of one variable, read-only (tests, checkpoints). Empty before the first step.
     struct Slot {
-        std::string name;      ///< "momentum", "m", "v", "v_max"
-        std::size_t variable;  ///< position in the variables list
+        std::string name;              ///< "momentum", "m", "v", "v_max"
+        std::size_t variable;          ///< position in the variables list
         std::span<const float> values; // (variable's elements)
     };
     virtual std::vector<Slot> slots() const = 0;

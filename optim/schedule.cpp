@@ -31,7 +31,8 @@ float ExponentialDecay::operator()(std::int64_t step) const {
 }
 
 CosineDecay::CosineDecay(Options o) : options_(o) {
-    if (!(std::isfinite(o.initial) && o.initial >= 0)) invalid("CosineDecay", "initial must be finite and >= 0", o.initial);
+    if (!(std::isfinite(o.initial) && o.initial >= 0))
+        invalid("CosineDecay", "initial must be finite and >= 0", o.initial);
     if (o.decay_steps <= 0) invalid("CosineDecay", "decay_steps must be > 0", double(o.decay_steps));
     if (!(o.alpha >= 0 && o.alpha <= 1)) invalid("CosineDecay", "alpha must be in [0, 1]", o.alpha);
     if (o.warmup_steps < 0) invalid("CosineDecay", "warmup_steps must be >= 0", double(o.warmup_steps));

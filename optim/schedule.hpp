@@ -71,8 +71,7 @@ class LearningRate {
   public:
     /// A constant; throws std::invalid_argument unless finite and >= 0.
     template <class T>
-        requires std::is_arithmetic_v<T>
-    LearningRate(T value) : LearningRate(static_cast<float>(value), 0) {}
+    requires std::is_arithmetic_v<T> LearningRate(T value) : LearningRate(static_cast<float>(value), 0) {}
     /// A schedule; throws std::invalid_argument if null.
     LearningRate(std::shared_ptr<const Schedule> schedule);
     template <std::derived_from<Schedule> S>

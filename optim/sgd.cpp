@@ -21,8 +21,8 @@ SGD::SGD(Options options) : SlotOptimizer(options.learning_rate, options.clip), 
     require(std::isfinite(options_.momentum) && options_.momentum >= 0, "momentum must be finite and >= 0",
             options_.momentum);
     require(!options_.nesterov || options_.momentum > 0, "nesterov needs momentum > 0", options_.momentum);
-    require(std::isfinite(options_.weight_decay) && options_.weight_decay >= 0,
-            "weight_decay must be finite and >= 0", options_.weight_decay);
+    require(std::isfinite(options_.weight_decay) && options_.weight_decay >= 0, "weight_decay must be finite and >= 0",
+            options_.weight_decay);
 }
 
 std::vector<std::string> SGD::slot_names() const {

@@ -53,9 +53,10 @@ struct Trainer {
         state.shuffle_rng = Rng(21);
         state.dropout_rng = Rng(22);
         Rng init(23);
-        const std::vector<std::pair<const char*, Shape>> specs = {
-            {"dense/kernel", Shape{inputs, hidden}}, {"dense/bias", Shape{hidden}},
-            {"dense_1/kernel", Shape{hidden, classes}}, {"dense_1/bias", Shape{classes}}};
+        const std::vector<std::pair<const char*, Shape>> specs = {{"dense/kernel", Shape{inputs, hidden}},
+                                                                  {"dense/bias", Shape{hidden}},
+                                                                  {"dense_1/kernel", Shape{hidden, classes}},
+                                                                  {"dense_1/bias", Shape{classes}}};
         for (const auto& [name, shape] : specs) {
             std::vector<float> v(shape.elements());
             for (float& e : v) e = (init.uniform() - 0.5f) * 0.5f;
@@ -168,11 +169,16 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         const bool has_value = i + 1 < argc;
-        if (arg == "--dir" && has_value) dir = argv[++i];
-        else if (arg == "--steps" && has_value) steps = std::stoll(argv[++i]);
-        else if (arg == "--slow-us" && has_value) slow_us = std::stol(argv[++i]);
-        else if (arg == "--check") check_only = true;
-        else return usage();
+        if (arg == "--dir" && has_value)
+            dir = argv[++i];
+        else if (arg == "--steps" && has_value)
+            steps = std::stoll(argv[++i]);
+        else if (arg == "--slow-us" && has_value)
+            slow_us = std::stol(argv[++i]);
+        else if (arg == "--check")
+            check_only = true;
+        else
+            return usage();
     }
     if (dir.empty() || (!check_only && steps < 0)) return usage();
     try {

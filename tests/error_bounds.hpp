@@ -39,12 +39,23 @@ inline double gamma64(std::size_t k) {
 inline double ulp(Dtype dtype, double x) {
     int mantissa = 23, emin = -126;
     switch (dtype) {
-    case Dtype::float32: break;
-    case Dtype::float16: mantissa = 10, emin = -14; break;
-    case Dtype::bfloat16: mantissa = 7; break;
-    case Dtype::cbfloat16: mantissa = 9, emin = -30; break;
-    case Dtype::float8_e4m3: mantissa = 3, emin = -6; break;
-    case Dtype::float8_e5m2: mantissa = 2, emin = -14; break;
+    case Dtype::float32:
+        break;
+    case Dtype::float16:
+        mantissa = 10, emin = -14;
+        break;
+    case Dtype::bfloat16:
+        mantissa = 7;
+        break;
+    case Dtype::cbfloat16:
+        mantissa = 9, emin = -30;
+        break;
+    case Dtype::float8_e4m3:
+        mantissa = 3, emin = -6;
+        break;
+    case Dtype::float8_e5m2:
+        mantissa = 2, emin = -14;
+        break;
     }
     const int e = x == 0 ? emin : std::max(std::ilogb(x), emin);
     return std::ldexp(1.0, e - mantissa);
@@ -66,7 +77,8 @@ inline double rounded_sum_error(Dtype dtype, std::size_t k, double exact, double
 /// Bound on |c1 − c2| for two such results of the same terms summed in two orders: both float32 sums lie
 /// within float32_sum_error of the exact sum, and each rounding moves by at most half a unit of its result.
 inline double two_orders_difference(Dtype dtype, std::size_t k, double magnitude, double c1, double c2) {
-    const double rounding = dtype == Dtype::float32 ? 0.0 : 0.5 * (ulp(dtype, std::fabs(c1)) + ulp(dtype, std::fabs(c2)));
+    const double rounding =
+        dtype == Dtype::float32 ? 0.0 : 0.5 * (ulp(dtype, std::fabs(c1)) + ulp(dtype, std::fabs(c2)));
     return 2 * float32_sum_error(k, magnitude) + rounding;
 }
 

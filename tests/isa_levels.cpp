@@ -17,14 +17,22 @@ namespace {
 
 std::string onednn_isa_name(unsigned isa) {
     switch (isa) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_sse41:
+        return "sse41";
+    case dnnl_cpu_isa_avx:
+        return "avx";
+    case dnnl_cpu_isa_avx2:
+        return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+        return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core:
+        return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+        return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+        return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+        return "avx512_core_amx";
     }
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%x", isa);
@@ -44,9 +52,9 @@ int main(int argc, char** argv) {
     using namespace mixprec::autodiff;
     try {
         if (argc > 1 && std::strcmp(argv[1], "--describe") == 0) {
-            std::printf("mixprec kernels %s (CPU best %s), oneDNN %s, OpenBLAS %s\n", std::string(name_of(isa())).c_str(),
-                        std::string(name_of(cpu_isa())).c_str(), onednn_isa_name(detail::onednn_effective_isa()).c_str(),
-                        openblas_core().c_str());
+            std::printf("mixprec kernels %s (CPU best %s), oneDNN %s, OpenBLAS %s\n",
+                        std::string(name_of(isa())).c_str(), std::string(name_of(cpu_isa())).c_str(),
+                        onednn_isa_name(detail::onednn_effective_isa()).c_str(), openblas_core().c_str());
             return 0;
         }
         std::string line;

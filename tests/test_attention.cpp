@@ -93,8 +93,7 @@ std::vector<Tensor> inputs_for(const Layer& layer, const Tensor& x, unsigned see
 // is exactly 0 in exact arithmetic: adding one vector to every key leaves softmax unchanged).
 constexpr double f16_tol = 8 * 0x1p-11, bf16_tol = 16 * 0x1p-8;
 
-void check_layer(const std::string& name, const Factory& make, const Shape& example, const Tensor& x,
-                 unsigned seed) {
+void check_layer(const std::string& name, const Factory& make, const Shape& example, const Tensor& x, unsigned seed) {
     const auto layers = build_per_dtype(make, example);
     op_checks::check_gradients(name, as_function(layers), inputs_for(*layers.at(Dtype::float32), x, seed), f16_tol,
                                bf16_tol);
@@ -211,10 +210,12 @@ BOOST_AUTO_TEST_CASE(attention_matches_the_formula) {
 }
 
 BOOST_AUTO_TEST_CASE(attention_gradients) {
-    check_layer("attention T=3 D=4 2 heads", [] { return std::make_unique<MultiHeadSelfAttention>(2); }, Shape{3, 4},
-                random(Shape{2, 3, 4}, 0.1f, 1.0f, 60), 61);
-    check_layer("attention T=4 D=3 1 head key_dim 2", [] { return std::make_unique<MultiHeadSelfAttention>(1, 2); },
-                Shape{4, 3}, random(Shape{1, 4, 3}, 0.1f, 1.0f, 62), 63);
+    check_layer(
+        "attention T=3 D=4 2 heads", [] { return std::make_unique<MultiHeadSelfAttention>(2); }, Shape{3, 4},
+        random(Shape{2, 3, 4}, 0.1f, 1.0f, 60), 61);
+    check_layer(
+        "attention T=4 D=3 1 head key_dim 2", [] { return std::make_unique<MultiHeadSelfAttention>(1, 2); },
+        Shape{4, 3}, random(Shape{1, 4, 3}, 0.1f, 1.0f, 62), 63);
 }
 
 // The float16 forward pass agrees with float32 to float16 precision on moderate inputs.
@@ -270,8 +271,11 @@ BOOST_AUTO_TEST_CASE(attention_variables_and_errors) {
     BOOST_TEST(layer.config() == "heads=4, key_dim=16");
 
     BOOST_TEST((throws_with<shape_error>([&] { layer(Tensor(Shape{2, 16, 63})); }, {"(16, 64)", "(2, 16, 63)"})));
-    BOOST_TEST((throws_with<shape_error>([] { built(MultiHeadSelfAttention(3), Shape{2, 4}, "a"); },
-                                         {"'a'", "width 4", "(2, 4)", "3 heads"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [] {
+            built(MultiHeadSelfAttention(3), Shape{2, 4}, "a");
+        },
+        {"'a'", "width 4", "(2, 4)", "3 heads"})));
     BOOST_TEST((throws_with<shape_error>([] { built(MultiHeadSelfAttention(2), Shape{4}, "a"); }, {"'a'", "(4)"})));
     BOOST_TEST((throws_with<shape_error>([] { built(MultiHeadSelfAttention(2), Shape{0, 4}); }, {"(0, 4)"})));
     BOOST_TEST((throws_with<std::invalid_argument>([] { MultiHeadSelfAttention(0); }, {"heads", "0"})));
@@ -307,12 +311,15 @@ BOOST_AUTO_TEST_CASE(patches_cut_row_major) {
 }
 
 BOOST_AUTO_TEST_CASE(patches_embedding_pooling_gradients) {
-    check_layer("patches", [] { return std::make_unique<Patches>(2); }, Shape{2, 4, 2},
-                random(Shape{2, 2, 4, 2}, 0.1f, 1.0f, 80), 81);
-    check_layer("position embedding", [] { return std::make_unique<PositionEmbedding>(); }, Shape{3, 4},
-                random(Shape{2, 3, 4}, 0.1f, 1.0f, 82), 83);
-    check_layer("global average pooling", [] { return std::make_unique<GlobalAveragePooling1D>(); }, Shape{3, 4},
-                random(Shape{2, 3, 4}, 0.1f, 1.0f, 84), 85);
+    check_layer(
+        "patches", [] { return std::make_unique<Patches>(2); }, Shape{2, 4, 2},
+        random(Shape{2, 2, 4, 2}, 0.1f, 1.0f, 80), 81);
+    check_layer(
+        "position embedding", [] { return std::make_unique<PositionEmbedding>(); }, Shape{3, 4},
+        random(Shape{2, 3, 4}, 0.1f, 1.0f, 82), 83);
+    check_layer(
+        "global average pooling", [] { return std::make_unique<GlobalAveragePooling1D>(); }, Shape{3, 4},
+        random(Shape{2, 3, 4}, 0.1f, 1.0f, 84), 85);
 }
 
 BOOST_AUTO_TEST_CASE(position_embedding_and_pooling_values) {
@@ -337,8 +344,11 @@ BOOST_AUTO_TEST_CASE(position_embedding_and_pooling_values) {
 }
 
 BOOST_AUTO_TEST_CASE(patches_embedding_pooling_errors) {
-    BOOST_TEST((throws_with<shape_error>([] { built(Patches(7), Shape{1, 28, 27}, "p"); },
-                                         {"'p'", "(1, 28, 27)", "patch size 7"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [] {
+            built(Patches(7), Shape{1, 28, 27}, "p");
+        },
+        {"'p'", "(1, 28, 27)", "patch size 7"})));
     BOOST_TEST((throws_with<shape_error>([] { built(Patches(7), Shape{28, 28}); }, {"(28, 28)"})));
     BOOST_TEST((throws_with<shape_error>([] { built(Patches(2), Shape{1, 0, 4}); }, {"(1, 0, 4)"})));
     BOOST_TEST((throws_with<std::invalid_argument>([] { Patches(0); }, {"patch", "0"})));
@@ -350,8 +360,9 @@ BOOST_AUTO_TEST_CASE(patches_embedding_pooling_errors) {
 // ---- TransformerBlock -------------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(transformer_block_gradients) {
-    check_layer("transformer block T=3 D=4 2 heads mlp 6", [] { return std::make_unique<TransformerBlock>(2, 6); },
-                Shape{3, 4}, random(Shape{2, 3, 4}, 0.1f, 1.0f, 100), 101);
+    check_layer(
+        "transformer block T=3 D=4 2 heads mlp 6", [] { return std::make_unique<TransformerBlock>(2, 6); }, Shape{3, 4},
+        random(Shape{2, 3, 4}, 0.1f, 1.0f, 100), 101);
 }
 
 // The block is x + attention(LN(x)) followed by y + MLP(LN(y)); rebuilt here from the ops and the layer's own
@@ -360,11 +371,18 @@ BOOST_AUTO_TEST_CASE(transformer_block_structure) {
     TransformerBlock block = built(TransformerBlock(2, 6), Shape{3, 4}, "block");
     std::vector<std::string> names;
     for (const Variable& v : block.variables()) names.push_back(v.name());
-    const std::vector<std::string> expected{
-        "block/norm1/gamma",         "block/norm1/beta",           "block/attention/qkv/kernel",
-        "block/attention/qkv/bias",  "block/attention/output/kernel", "block/attention/output/bias",
-        "block/norm2/gamma",         "block/norm2/beta",           "block/mlp1/kernel",
-        "block/mlp1/bias",           "block/mlp2/kernel",          "block/mlp2/bias"};
+    const std::vector<std::string> expected{"block/norm1/gamma",
+                                            "block/norm1/beta",
+                                            "block/attention/qkv/kernel",
+                                            "block/attention/qkv/bias",
+                                            "block/attention/output/kernel",
+                                            "block/attention/output/bias",
+                                            "block/norm2/gamma",
+                                            "block/norm2/beta",
+                                            "block/mlp1/kernel",
+                                            "block/mlp1/bias",
+                                            "block/mlp2/kernel",
+                                            "block/mlp2/bias"};
     BOOST_TEST(names == expected, boost::test_tools::per_element());
     BOOST_TEST(block.count_params() == 8u + (4 * 12 + 12 + 4 * 4 + 4) + 8 + (4 * 6 + 6) + (6 * 4 + 4));
     BOOST_TEST(block.config() == "heads=2, mlp_width=6, dropout=0");
@@ -408,8 +426,11 @@ BOOST_AUTO_TEST_CASE(transformer_block_dropout) {
 }
 
 BOOST_AUTO_TEST_CASE(transformer_block_errors) {
-    BOOST_TEST((throws_with<shape_error>([] { built(TransformerBlock(3, 8), Shape{2, 4}, "b"); },
-                                         {"'b'", "(2, 4)", "3 heads"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [] {
+            built(TransformerBlock(3, 8), Shape{2, 4}, "b");
+        },
+        {"'b'", "(2, 4)", "3 heads"})));
     BOOST_TEST((throws_with<shape_error>([] { built(TransformerBlock(2, 8), Shape{8}, "b"); }, {"'b'", "(8)"})));
     BOOST_TEST((throws_with<std::invalid_argument>([] { TransformerBlock(0, 8); }, {"heads"})));
     BOOST_TEST((throws_with<std::invalid_argument>([] { TransformerBlock(2, 0); }, {"mlp_width"})));

@@ -15,8 +15,8 @@
 #include "op_checks.hpp"
 
 #include <cereal/archives/binary.hpp>
-#include <cereal/archives/xml.hpp>
 #include <cereal/archives/portable_binary.hpp>
+#include <cereal/archives/xml.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -87,8 +87,8 @@ constexpr std::size_t examples = 32, batch = 8, batches_per_epoch = examples / b
                       classes = 3;
 
 struct Config {
-    bool mixed = false;   // mixed_float16 working copies inside a LossScaleOptimizer
-    bool adam = false;    // else SGD with momentum
+    bool mixed = false;                 // mixed_float16 working copies inside a LossScaleOptimizer
+    bool adam = false;                  // else SGD with momentum
     std::set<std::int64_t> inf_steps{}; // steps whose gradient gets an inf (mixed only)
 };
 
@@ -119,9 +119,10 @@ struct Run {
         state.shuffle_rng = Rng(11);
         state.dropout_rng = Rng(12);
         Rng init(init_seed);
-        const std::vector<std::pair<const char*, Shape>> specs = {
-            {"layer1/kernel", Shape{inputs, hidden}}, {"layer1/bias", Shape{hidden}},
-            {"layer2/kernel", Shape{hidden, classes}}, {"layer2/bias", Shape{classes}}};
+        const std::vector<std::pair<const char*, Shape>> specs = {{"layer1/kernel", Shape{inputs, hidden}},
+                                                                  {"layer1/bias", Shape{hidden}},
+                                                                  {"layer2/kernel", Shape{hidden, classes}},
+                                                                  {"layer2/bias", Shape{classes}}};
         for (const auto& [name, shape] : specs) {
             std::vector<float> v(shape.elements());
             for (float& e : v) e = init.uniform() - 0.5f;
@@ -314,9 +315,15 @@ void round_trip_every_piece() {
     o.overflow_tolerance = 0.25;
     BOOST_TEST(same(round_trip<Out, In>(o), o));
 
-    const amp::LossScaleState s{.scale = 512, .growth_counter = 3, .hysteresis_left = 2, .iteration = 17,
-                                .last_overflow = 9, .overflows_counted = 4, .unclamped_scale = 1024,
-                                .growths = 5, .backoffs = 6};
+    const amp::LossScaleState s{.scale = 512,
+                                .growth_counter = 3,
+                                .hysteresis_left = 2,
+                                .iteration = 17,
+                                .last_overflow = 9,
+                                .overflows_counted = 4,
+                                .unclamped_scale = 1024,
+                                .growths = 5,
+                                .backoffs = 6};
     BOOST_TEST((round_trip<Out, In>(s) == s));
 
     TrainingState t;
@@ -336,8 +343,8 @@ void round_trip_every_piece() {
     info.policy = "mixed_float16";
     info.optimizer_kind = "loss_scale(adam)";
     info.iterations = 12, info.has_training_state = true, info.epoch = 2, info.step = 14;
-    info.variables = {{"dense/kernel", Shape{784, 128}, true}, {"dense/bias", Shape{128}, true},
-                      {"scalar", Shape{}, false}};
+    info.variables = {
+        {"dense/kernel", Shape{784, 128}, true}, {"dense/bias", Shape{128}, true}, {"scalar", Shape{}, false}};
     BOOST_TEST((round_trip<Out, In>(info) == info));
 }
 
@@ -529,7 +536,7 @@ BOOST_AUTO_TEST_CASE(resuming_is_bit_identical_to_an_uninterrupted_run) {
             if (config.mixed) {
                 const auto& lso = dynamic_cast<const amp::LossScaleOptimizer&>(*straight.opt);
                 BOOST_TEST(lso.skipped_steps() == 4);
-                BOOST_TEST(lso.growth_count() > 0);  // growth_interval 2: the scale moved both ways
+                BOOST_TEST(lso.growth_count() > 0); // growth_interval 2: the scale moved both ways
                 BOOST_TEST(lso.backoff_count() > 0);
             }
         }
@@ -583,8 +590,8 @@ BOOST_AUTO_TEST_CASE(sequential_overloads_use_the_model_variables_and_policy) {
         BOOST_TEST((a.variables()[i].value().to_floats() == b.variables()[i].value().to_floats()));
     BOOST_TEST(opt_b.iterations() == 1);
     TrainingState state;
-    BOOST_TEST(throws_with<checkpoint_error>([&] { models::load_checkpoint(file, b, opt_b, &state); },
-                                             {"no training state"}));
+    BOOST_TEST(
+        throws_with<checkpoint_error>([&] { models::load_checkpoint(file, b, opt_b, &state); }, {"no training state"}));
 }
 
 // ---- hostile files ----
@@ -627,8 +634,7 @@ BOOST_AUTO_TEST_CASE(every_truncation_is_refused) {
     Run target = built_target();
     std::size_t refusals = 0;
     for (std::size_t n = 0; n < bytes.size(); ++n)
-        if (refused(target, std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(n))))
-            ++refusals;
+        if (refused(target, std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(n)))) ++refusals;
     BOOST_TEST(refusals == bytes.size());
     BOOST_TEST_MESSAGE("truncations refused: " << refusals << " of " << bytes.size());
     BOOST_TEST(!refused(target, bytes)); // the whole file loads
@@ -679,13 +685,13 @@ BOOST_AUTO_TEST_CASE(empty_missing_and_odd_files_are_refused) {
     Run target = built_target();
     const Fingerprint before = fingerprint(target);
     write_bytes(dir.path / "empty.ckpt", {});
-    BOOST_TEST(throws_with<checkpoint_error>([&] { target.load(dir.path / "empty.ckpt"); },
-                                             {"empty.ckpt", "too short"}));
+    BOOST_TEST(
+        throws_with<checkpoint_error>([&] { target.load(dir.path / "empty.ckpt"); }, {"empty.ckpt", "too short"}));
     BOOST_TEST(throws_with<checkpoint_error>([&] { target.load(dir.path / "missing.ckpt"); },
                                              {"missing.ckpt", "No such file"}));
     BOOST_TEST(throws_with<checkpoint_error>([&] { target.load(dir.path); }, {"not a regular file"}));
-    BOOST_TEST(throws_with<checkpoint_error>([&] { models::read_checkpoint_info(dir.path / "empty.ckpt"); },
-                                             {"too short"}));
+    BOOST_TEST(
+        throws_with<checkpoint_error>([&] { models::read_checkpoint_info(dir.path / "empty.ckpt"); }, {"too short"}));
     // Over 4 GiB (a sparse file): refused from its size, before anything is read or allocated.
     const fs::path huge = dir.path / "huge.ckpt";
     write_bytes(huge, {});

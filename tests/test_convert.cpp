@@ -53,7 +53,9 @@ std::uint32_t scalar_encode(float x, Overflow o) {
 }
 
 template <class F>
-std::uint32_t pattern_count() { return 1u << (8 * sizeof(typename F::storage)); }
+std::uint32_t pattern_count() {
+    return 1u << (8 * sizeof(typename F::storage));
+}
 
 /// Every value of F, every midpoint between neighbours (and between max and the next power), the floats
 /// just above and below each midpoint, both signs.

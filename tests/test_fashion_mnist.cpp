@@ -152,7 +152,7 @@ bool data_installed() {
     const bool present = fs::is_directory(mixprec::models::default_fashion_mnist_dir);
     if (std::getenv("MIXPREC_REQUIRE_DATA") != nullptr)
         BOOST_REQUIRE_MESSAGE(present, "MIXPREC_REQUIRE_DATA is set but " << mixprec::models::default_fashion_mnist_dir
-                                                                           << " does not exist");
+                                                                          << " does not exist");
     if (!present) BOOST_TEST_MESSAGE("Fashion-MNIST is not installed; checking the error message only");
     return present;
 }
@@ -291,7 +291,10 @@ BOOST_AUTO_TEST_CASE(batch_normalizes_pixels_in_index_order) {
     BOOST_TEST(labels.empty());
     train.batch(std::vector<std::size_t>{3}, x, labels);
     BOOST_TEST(throws_with<std::out_of_range>(
-        [&] { train.batch(std::vector<std::size_t>{5, 60000}, x, labels); }, {"index 60000", "60000 examples"}));
+        [&] {
+            train.batch(std::vector<std::size_t>{5, 60000}, x, labels);
+        },
+        {"index 60000", "60000 examples"}));
     BOOST_TEST(x.shape() == (Shape{1, 1, 28, 28}));
     BOOST_TEST(labels.size() == 1u);
     BOOST_TEST(throws_with<std::out_of_range>([&] { (void)train.image(60000); }, {"60000"}));
@@ -380,8 +383,8 @@ BOOST_AUTO_TEST_CASE(truncated_files) {
     const Bytes labels = gzip(idx_labels(3, three_labels));
     // Inside the gzip header, inside a block header, inside the IDX header, in the pixels, at the end of
     // the data (trailer missing), halfway through the checksum, in the size field.
-    const std::vector<std::size_t> offsets = {1,  2,  5,  10, 12, 14, 20, 30, 1000,
-                                              images.size() - 8, images.size() - 6, images.size() - 1};
+    const std::vector<std::size_t> offsets = {
+        1, 2, 5, 10, 12, 14, 20, 30, 1000, images.size() - 8, images.size() - 6, images.size() - 1};
     for (const std::size_t cut : offsets) {
         const TempDir dir;
         dir.write_split(Bytes(images.begin(), images.begin() + static_cast<std::ptrdiff_t>(cut)), labels);

@@ -142,7 +142,8 @@ BOOST_AUTO_TEST_CASE(train_step_can_be_replaced) {
             };
         models::fit(model, *opt, train, state, options);
         BOOST_TEST(opt->skipped_steps() == 1);
-        if (replaced) BOOST_TEST(steps == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}), boost::test_tools::per_element());
+        if (replaced)
+            BOOST_TEST(steps == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}), boost::test_tools::per_element());
         digest[replaced] = models::weights_digest(model.variables());
     }
     BOOST_TEST(digest[0] == digest[1]);
@@ -155,10 +156,11 @@ BOOST_AUTO_TEST_CASE(train_step_can_be_replaced) {
         void on_step_end(models::FitContext&, const models::StepLogs& l) override { logs = l; }
         models::StepLogs logs;
     } last;
-    models::fit(model, sgd, train, state,
-                {.epochs = 1, .batch_size = 100, .callbacks = {&last}, .train_step = [](const models::TrainStep& s) {
-                     return models::TrainStepResult{.loss = 2.5, .logits = Tensor(Shape{s.labels.size(), 3}), .applied = false};
-                 }});
+    models::fit(
+        model, sgd, train, state,
+        {.epochs = 1, .batch_size = 100, .callbacks = {&last}, .train_step = [](const models::TrainStep& s) {
+             return models::TrainStepResult{.loss = 2.5, .logits = Tensor(Shape{s.labels.size(), 3}), .applied = false};
+         }});
     BOOST_TEST(sgd.iterations() == 0);
     BOOST_TEST(last.logs.skipped);
     BOOST_TEST(last.logs.loss == 2.5);
@@ -338,7 +340,8 @@ BOOST_AUTO_TEST_CASE(progress_bar_prints_keras_style_lines) {
     models::TrainingState state;
     std::ostringstream out;
     models::ProgressBar progress(out, false);
-    models::fit(model, *opt, train, state, {.epochs = 2, .batch_size = 16, .validation = &test, .callbacks = {&progress}});
+    models::fit(model, *opt, train, state,
+                {.epochs = 2, .batch_size = 16, .validation = &test, .callbacks = {&progress}});
     const std::string text = out.str();
     BOOST_TEST(text.find("Epoch 1/2\n") == 0u);
     BOOST_TEST(text.find("Epoch 2/2\n") != std::string::npos);

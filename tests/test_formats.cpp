@@ -39,11 +39,16 @@ struct layout {
 // Written out literally (not read from F::spec), so a wrong spec would be caught too.
 template <class F>
 layout layout_of() {
-    if constexpr (std::is_same_v<F, float16>) return {5, 10, 15, true};
-    else if constexpr (std::is_same_v<F, bfloat16>) return {8, 7, 127, true};
-    else if constexpr (std::is_same_v<F, cbfloat16>) return {6, 9, 31, true};
-    else if constexpr (std::is_same_v<F, float8_e4m3>) return {4, 3, 7, false};
-    else return {5, 2, 15, true};
+    if constexpr (std::is_same_v<F, float16>)
+        return {5, 10, 15, true};
+    else if constexpr (std::is_same_v<F, bfloat16>)
+        return {8, 7, 127, true};
+    else if constexpr (std::is_same_v<F, cbfloat16>)
+        return {6, 9, 31, true};
+    else if constexpr (std::is_same_v<F, float8_e4m3>)
+        return {4, 3, 7, false};
+    else
+        return {5, 2, 15, true};
 }
 
 /// Bits of a representable magnitude 0 <= v <= max_finite, fields taken from frexp.
@@ -51,7 +56,7 @@ std::uint32_t pack(const layout& f, double v) {
     if (v == 0) return 0;
     int ex;
     std::frexp(v, &ex);
-    const int e = ex - 1; // v in [2^e, 2^(e+1))
+    const int e = ex - 1;                                                               // v in [2^e, 2^(e+1))
     if (e < f.emin()) return static_cast<std::uint32_t>(std::ldexp(v, f.m - f.emin())); // v / 2^(emin-m)
     const auto mant = static_cast<std::uint32_t>(std::ldexp(v, f.m - e) - std::ldexp(1.0, f.m));
     return static_cast<std::uint32_t>(e + f.bias) << f.m | mant;
@@ -123,8 +128,8 @@ void check_all_patterns() {
     for (std::uint32_t p = 0; p < (1u << f.width()); ++p) {
         const auto bits = static_cast<typename F::storage>(p);
         const float x = float(F::from_bits(bits));
-        const bool is_nan = (p & f.exp_ones()) == f.exp_ones() && (f.has_inf ? (p & f.man_ones()) != 0
-                                                                                : (p & f.man_ones()) == f.man_ones());
+        const bool is_nan = (p & f.exp_ones()) == f.exp_ones() &&
+                            (f.has_inf ? (p & f.man_ones()) != 0 : (p & f.man_ones()) == f.man_ones());
         const bool is_inf = f.has_inf && (p & ~f.sign_bit()) == f.exp_ones();
         const std::uint32_t fsign = (p & f.sign_bit()) ? 0x80000000u : 0u;
         std::uint32_t want = fbits(float(value_of(f, p))); // exact: every value fits float32
@@ -230,7 +235,7 @@ BOOST_AUTO_TEST_CASE(hand_written_boundary_cases) {
     check_encode<float16>(h, std::nextafter(0x1p-25f, 1.0f), same(0x0001));
     check_encode<float16>(h, -0x1p-25f, same(0x8000));
     check_encode<float16>(h, 0x1.8p-24f, same(0x0002));
-    check_encode<float16>(h, 0x1p-14f, same(0x0400)); // smallest normal
+    check_encode<float16>(h, 0x1p-14f, same(0x0400));            // smallest normal
     check_encode<float16>(h, 0x1p-14f - 0x1p-24f, same(0x03FF)); // largest subnormal
     check_encode<float16>(h, std::nextafter(0x1p-14f, 0.0f), same(0x0400));
     check_encode<float16>(h, 0.0f, same(0x0000));
@@ -248,7 +253,7 @@ BOOST_AUTO_TEST_CASE(hand_written_boundary_cases) {
     check_encode<bfloat16>(bf, b(0x3F808000), same(0x3F80));
     check_encode<bfloat16>(bf, b(0x3F818000), same(0x3F82));
     check_encode<bfloat16>(bf, b(0x3F808001), same(0x3F81));
-    check_encode<bfloat16>(bf, 0x1.fep127f, same(0x7F7F)); // largest finite
+    check_encode<bfloat16>(bf, 0x1.fep127f, same(0x7F7F));       // largest finite
     check_encode<bfloat16>(bf, b(0x7F7F8000), {0x7F80, 0x7F7F}); // overflow threshold
     check_encode<bfloat16>(bf, b(0x7F7F7FFF), same(0x7F7F));
     check_encode<bfloat16>(bf, std::numeric_limits<float>::max(), {0x7F80, 0x7F7F});
@@ -324,8 +329,10 @@ void check_limits(float max, float min, float denorm_min, float epsilon, int dig
     BOOST_TEST(std::isnan(float(L::signaling_NaN())));
     BOOST_TEST(L::has_quiet_NaN);
     BOOST_TEST(L::has_denorm == std::denorm_present);
-    if (L::has_infinity) BOOST_TEST(float(L::infinity()) == INFINITY);
-    else BOOST_TEST(std::isnan(float(L::infinity()))); // documented: NaN for a type without infinity
+    if (L::has_infinity)
+        BOOST_TEST(float(L::infinity()) == INFINITY);
+    else
+        BOOST_TEST(std::isnan(float(L::infinity()))); // documented: NaN for a type without infinity
     // the next float16/bfloat16/... value after 1 is 1 + epsilon
     BOOST_TEST(float(F::from_bits(F(1.0f).bits() + 1)) == 1.0f + epsilon);
 }

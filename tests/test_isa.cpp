@@ -157,13 +157,16 @@ BOOST_AUTO_TEST_CASE(optimizers_give_the_same_bits_at_every_level) {
     using Make = std::function<std::unique_ptr<optim::Optimizer>()>;
     const std::vector<std::pair<const char*, Make>> optimizers{
         {"sgd", [] { return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}); }},
-        {"momentum", [] { return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f}); }},
-        {"nesterov", [] {
+        {"momentum",
+         [] { return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f}); }},
+        {"nesterov",
+         [] {
              return std::make_unique<optim::SGD>(
                  optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f, .nesterov = true, .weight_decay = 1e-2f});
          }},
         {"adam", [] { return std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-2f}); }},
-        {"amsgrad", [] { return std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-2f, .amsgrad = true}); }},
+        {"amsgrad",
+         [] { return std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-2f, .amsgrad = true}); }},
         {"adamw", [] { return std::make_unique<optim::AdamW>(optim::AdamW::Options{.learning_rate = 1e-2f}); }},
     };
     const auto train = [](const Make& make) {

@@ -103,12 +103,14 @@ void check_variable_gradients(const std::string& what, const std::function<Tenso
 }
 
 /// The gradient check through a built layer: its input by gradcheck, its variables as above.
-void check_layer_gradients(const std::string& what, Layer& layer, const Tensor& x,
-                           const std::function<CallContext()>& context = [] { return CallContext{}; }) {
+void check_layer_gradients(
+    const std::string& what, Layer& layer, const Tensor& x,
+    const std::function<CallContext()>& context = [] { return CallContext{}; }) {
     const GradcheckResult r = gradcheck([&](const auto& in) { return layer(in[0], context()); }, {x});
     BOOST_TEST(r.passed, what << " input: " << r.worst);
     if (!layer.variables().empty())
-        check_variable_gradients(what, [&] { return layer(x, context()); }, layer.variables());
+        check_variable_gradients(
+            what, [&] { return layer(x, context()); }, layer.variables());
 }
 
 /// Cross-correlation as the layers define it, by direct loops: x (N, C, H, W), w (O, C, kh, kw),
@@ -223,8 +225,8 @@ BOOST_AUTO_TEST_CASE(initializer_errors) {
     BOOST_TEST((throws_with<std::invalid_argument>([&] { glorot_uniform(Shape{0}, 0, 0, rng); }, {"fan_in"})));
     BOOST_TEST((throws_with<std::invalid_argument>([&] { he_normal(Shape{2}, 0, rng); }, {"fan_in"})));
     BOOST_TEST((throws_with<std::invalid_argument>([&] { random_uniform(Shape{2}, 1.0f, 1.0f, rng); }, {"low"})));
-    BOOST_TEST((throws_with<std::invalid_argument>([&] { random_uniform(Shape{2}, 0.0f, INFINITY, rng); },
-                                                   {"high = inf"})));
+    BOOST_TEST(
+        (throws_with<std::invalid_argument>([&] { random_uniform(Shape{2}, 0.0f, INFINITY, rng); }, {"high = inf"})));
 }
 
 // ---- Dense ----
@@ -257,7 +259,8 @@ BOOST_AUTO_TEST_CASE(dense_computes_x_w_plus_b) {
             }
             sums.push_back(s), sizes.push_back(size);
         }
-    check_sums(y, sums, sizes, 5, "Dense(3, tanh)", [](double v) { return std::tanh(v); }, 2);
+    check_sums(
+        y, sums, sizes, 5, "Dense(3, tanh)", [](double v) { return std::tanh(v); }, 2);
 }
 
 // Examples of rank 3: the product applies to the last axis of every position, which keeps its place.
@@ -422,8 +425,11 @@ BOOST_AUTO_TEST_CASE(embedding_validates_ids) {
     Sequential model{Embedding(5, 2)};
     model.build(Shape{3});
     const auto call = [&](std::vector<float> ids) { model(Tensor::from_floats(Shape{2, 3}, ids)); };
-    BOOST_TEST((throws_with<std::invalid_argument>([&] { call({0, 1, 2, 3, 4, 5}); },
-                                                   {"embedding", "position 5", "is 5", "[0, 5)"})));
+    BOOST_TEST((throws_with<std::invalid_argument>(
+        [&] {
+            call({0, 1, 2, 3, 4, 5});
+        },
+        {"embedding", "position 5", "is 5", "[0, 5)"})));
     BOOST_TEST((throws_with<std::invalid_argument>([&] { call({0, 1, 2.5f, 3, 4, 0}); }, {"position 2", "2.5"})));
     BOOST_TEST((throws_with<std::invalid_argument>([&] { call({0, -1, 2, 3, 4, 0}); }, {"position 1", "-1"})));
     BOOST_TEST((throws_with<std::invalid_argument>([&] { call({0, 1, 2, NAN, 4, 0}); }, {"position 3", "nan"})));
@@ -543,7 +549,8 @@ BOOST_AUTO_TEST_CASE(gradients_through_layer_norm_and_embedding) {
     Embedding embed(6, 3); // the ids get no gradient: only the table is checked
     build(embed, Shape{4});
     const Tensor ids = Tensor::from_floats(Shape{2, 4}, std::vector<float>{1, 3, 1, 0, 5, 1, 3, 3});
-    check_variable_gradients("Embedding", [&] { return embed(ids); }, embed.variables());
+    check_variable_gradients(
+        "Embedding", [&] { return embed(ids); }, embed.variables());
 }
 
 // ---- dtype policy ----
@@ -599,13 +606,13 @@ BOOST_AUTO_TEST_CASE(layer_policy_overrides_the_global_one) {
 // ---- Sequential ----
 
 BOOST_AUTO_TEST_CASE(sequential_names_layers_as_keras) {
-    Sequential model{Conv2D(2, {3, 3}), MaxPool2D(), Conv2D(2, {1, 1}), AvgPool2D({1, 1}), Flatten(), Dense(4),
-                     LayerNorm(), Dropout(0.5f), Activation("relu"), Dense(3), Embedding(4, 2)};
+    Sequential model{Conv2D(2, {3, 3}), MaxPool2D(),   Conv2D(2, {1, 1}),  AvgPool2D({1, 1}), Flatten(),      Dense(4),
+                     LayerNorm(),       Dropout(0.5f), Activation("relu"), Dense(3),          Embedding(4, 2)};
     std::vector<std::string> names;
     for (const auto& layer : model.layers()) names.push_back(layer->name());
-    const std::vector<std::string> expected{"conv2d", "max_pooling2d", "conv2d_1", "average_pooling2d", "flatten",
-                                            "dense", "layer_normalization", "dropout", "activation", "dense_1",
-                                            "embedding"};
+    const std::vector<std::string> expected{
+        "conv2d",  "max_pooling2d", "conv2d_1", "average_pooling2d", "flatten", "dense", "layer_normalization",
+        "dropout", "activation",    "dense_1",  "embedding"};
     BOOST_TEST(names == expected, boost::test_tools::per_element());
 
     Dense named(2);
@@ -650,11 +657,26 @@ BOOST_AUTO_TEST_CASE(summary_of_the_mlp) {
     BOOST_TEST(model.count_params() == 669706u);
     const std::string s = model.summary();
     BOOST_TEST_MESSAGE(s);
-    for (const char* part : {"Model: \"sequential\"", "Layer (type)", "Output Shape", "Param #", "Dtype policy",
-                             "flatten (Flatten)", "(None, 784)", "dense (Dense)", "(None, 512)", "401,920",
-                             "dense_1 (Dense)", "262,656", "dense_2 (Dense)", "(None, 10)", "5,130", "float32",
-                             "units=512, activation=relu", "Total params: 669,706 (2.55 MB)",
-                             "Trainable params: 669,706 (2.55 MB)", "Non-trainable params: 0 (0.00 B)"})
+    for (const char* part : {"Model: \"sequential\"",
+                             "Layer (type)",
+                             "Output Shape",
+                             "Param #",
+                             "Dtype policy",
+                             "flatten (Flatten)",
+                             "(None, 784)",
+                             "dense (Dense)",
+                             "(None, 512)",
+                             "401,920",
+                             "dense_1 (Dense)",
+                             "262,656",
+                             "dense_2 (Dense)",
+                             "(None, 10)",
+                             "5,130",
+                             "float32",
+                             "units=512, activation=relu",
+                             "Total params: 669,706 (2.55 MB)",
+                             "Trainable params: 669,706 (2.55 MB)",
+                             "Non-trainable params: 0 (0.00 B)"})
         BOOST_TEST(s.find(part) != std::string::npos, "summary lacks '" << part << "'");
     // Every table line has the same width (in characters; the box drawing is 3 bytes each in UTF-8).
     std::istringstream lines(s);
@@ -712,8 +734,8 @@ BOOST_AUTO_TEST_CASE(same_seed_same_weights) {
 
 BOOST_AUTO_TEST_CASE(wrong_input_shapes_name_both_shapes) {
     Sequential cnn_model = cnn();
-    BOOST_TEST((throws_with<shape_error>([&] { cnn_model.build(Shape{784}); },
-                                         {"'conv2d' (Conv2D)", "(C, H, W)", "(784)"})));
+    BOOST_TEST(
+        (throws_with<shape_error>([&] { cnn_model.build(Shape{784}); }, {"'conv2d' (Conv2D)", "(C, H, W)", "(784)"})));
     Sequential small{Conv2D(4, {5, 5})};
     BOOST_TEST((throws_with<shape_error>([&] { small.build(Shape{1, 4, 9}); }, {"H >= 5", "(1, 4, 9)"})));
     Sequential pool{MaxPool2D({3, 3})};

@@ -28,23 +28,39 @@ std::vector<float> run(LossScale& s, const std::string& steps) { // '.' finite s
 // ---- Golden sequences from the anchors' own test suites (research §4) ----
 
 BOOST_AUTO_TEST_CASE(keras_downscaling_and_upscaling) {
-    auto down = make("keras", [](auto o) { o.initial_scale = 400; return o; });
+    auto down = make("keras", [](auto o) {
+        o.initial_scale = 400;
+        return o;
+    });
     run(down, "!!!!");
     BOOST_TEST(down.scale() == 25.0f); // keras test_downscaling
-    auto up = make("keras", [](auto o) { o.initial_scale = 2; o.growth_interval = 2; return o; });
+    auto up = make("keras", [](auto o) {
+        o.initial_scale = 2;
+        o.growth_interval = 2;
+        return o;
+    });
     run(up, "........");
     BOOST_TEST(up.scale() == 32.0f); // keras test_upscaling
 }
 
 BOOST_AUTO_TEST_CASE(tf_keras_dynamic_update_and_floor) {
-    auto s = make("tf_keras", [](auto o) { o.initial_scale = 2; o.growth_interval = 1; return o; });
-    BOOST_TEST(run(s, ".!") == (std::vector<float>{4, 2}), boost::test_tools::per_element()); // testDynamicUpdate
+    auto s = make("tf_keras", [](auto o) {
+        o.initial_scale = 2;
+        o.growth_interval = 1;
+        return o;
+    });
+    BOOST_TEST(run(s, ".!") == (std::vector<float>{4, 2}), boost::test_tools::per_element());     // testDynamicUpdate
     BOOST_TEST(run(s, "!!!") == (std::vector<float>{1, 1, 1}), boost::test_tools::per_element()); // floor 1
 }
 
 BOOST_AUTO_TEST_CASE(pytorch_update_scale_and_scaling_case) {
     // test_grad_scaling_update_scale: growth 2, backoff 0.25, interval 2, scale 4
-    auto s = make("pytorch", [](auto o) { o.initial_scale = 4; o.growth_interval = 2; o.backoff_factor = 0.25f; return o; });
+    auto s = make("pytorch", [](auto o) {
+        o.initial_scale = 4;
+        o.growth_interval = 2;
+        o.backoff_factor = 0.25f;
+        return o;
+    });
     s.update(true);
     BOOST_TEST(s.state().growth_counter == 1);
     BOOST_TEST(s.scale() == 4.0f);
@@ -55,30 +71,57 @@ BOOST_AUTO_TEST_CASE(pytorch_update_scale_and_scaling_case) {
     BOOST_TEST(s.state().growth_counter == 0);
     BOOST_TEST(s.scale() == 2.0f);
     // _run_scaling_case: init 128, growth 2, interval 1, 4 iterations with one skipped -> 128·2³·0.5
-    auto c = make("pytorch", [](auto o) { o.initial_scale = 128; o.growth_interval = 1; return o; });
+    auto c = make("pytorch", [](auto o) {
+        o.initial_scale = 128;
+        o.growth_interval = 1;
+        return o;
+    });
     run(c, "..!.");
     BOOST_TEST(c.scale() == 512.0f);
     // test_grad_scale_will_not_overflow: init 1e38, growth 2^4, interval 1
-    auto big = make("pytorch", [](auto o) { o.initial_scale = 1e38f; o.growth_factor = 16; o.growth_interval = 1; return o; });
+    auto big = make("pytorch", [](auto o) {
+        o.initial_scale = 1e38f;
+        o.growth_factor = 16;
+        o.growth_interval = 1;
+        return o;
+    });
     run(big, "....");
     BOOST_TEST(big.scale() == 1e38f);
 }
 
 BOOST_AUTO_TEST_CASE(deepspeed_no_all_some_overflow) {
     // test_no_overflow: init 2^8, window 2: grows on the (window+1)-th clean step, then every window
-    auto s = make("deepspeed", [](auto o) { o.initial_scale = 256; o.growth_interval = 2; o.hysteresis = 1; return o; });
+    auto s = make("deepspeed", [](auto o) {
+        o.initial_scale = 256;
+        o.growth_interval = 2;
+        o.hysteresis = 1;
+        return o;
+    });
     BOOST_TEST(run(s, "........") == (std::vector<float>{256, 256, 512, 512, 1024, 1024, 2048, 2048}),
                boost::test_tools::per_element());
     BOOST_TEST(s.state().iteration == 8);
     // test_all_overflow: init 2^4 halves every step down to min_scale (keep going here; raise below)
     auto all = make("deepspeed", [](auto o) {
-        o.initial_scale = 16; o.hysteresis = 1; o.at_min_scale = AtMinScale::keep_going; return o; });
+        o.initial_scale = 16;
+        o.hysteresis = 1;
+        o.at_min_scale = AtMinScale::keep_going;
+        return o;
+    });
     BOOST_TEST(run(all, "!!!!!!") == (std::vector<float>{8, 4, 2, 1, 1, 1}), boost::test_tools::per_element());
-    auto raising = make("deepspeed", [](auto o) { o.initial_scale = 2; o.hysteresis = 1; return o; });
+    auto raising = make("deepspeed", [](auto o) {
+        o.initial_scale = 2;
+        o.hysteresis = 1;
+        return o;
+    });
     run(raising, "!");
     BOOST_CHECK_THROW(raising.update(false), loss_scale_error);
     // test_some_overflow: 2 overflows -> /4; window+1 clean -> x2; 1 overflow -> /2
-    auto some = make("deepspeed", [](auto o) { o.initial_scale = 256; o.growth_interval = 2; o.hysteresis = 1; return o; });
+    auto some = make("deepspeed", [](auto o) {
+        o.initial_scale = 256;
+        o.growth_interval = 2;
+        o.hysteresis = 1;
+        return o;
+    });
     run(some, "!!");
     BOOST_TEST(some.scale() == 64.0f);
     run(some, "...");
@@ -88,7 +131,12 @@ BOOST_AUTO_TEST_CASE(deepspeed_no_all_some_overflow) {
 }
 
 BOOST_AUTO_TEST_CASE(megatron_hysteresis_is_refilled_only_on_growth) {
-    auto s = make("megatron", [](auto o) { o.initial_scale = 1024; o.growth_interval = 3; o.hysteresis = 2; return o; });
+    auto s = make("megatron", [](auto o) {
+        o.initial_scale = 1024;
+        o.growth_interval = 3;
+        o.hysteresis = 2;
+        return o;
+    });
     BOOST_TEST(run(s, "!.!!...") == (std::vector<float>{1024, 1024, 512, 256, 256, 256, 512}),
                boost::test_tools::per_element());
     BOOST_TEST(s.state().hysteresis_left == 2);
@@ -102,9 +150,13 @@ BOOST_AUTO_TEST_CASE(mixprec_hysteresis_fuzz_like_apex) {
             for (float backoff : {0.5f, 0.25f})
                 for (int interval : {10, 100})
                     for (int hysteresis : {10, 100}) {
-                        const LossScaleOptions o{.initial_scale = init, .growth_interval = interval, .growth_factor = growth,
-                                                 .backoff_factor = backoff, .hysteresis = hysteresis,
-                                                 .min_scale = 0.0f, .max_scale = INFINITY};
+                        const LossScaleOptions o{.initial_scale = init,
+                                                 .growth_interval = interval,
+                                                 .growth_factor = growth,
+                                                 .backoff_factor = backoff,
+                                                 .hysteresis = hysteresis,
+                                                 .min_scale = 0.0f,
+                                                 .max_scale = INFINITY};
                         LossScale a(o);
                         for (int i = 0; i < hysteresis - 1; ++i) a.update(false);
                         BOOST_TEST(a.scale() == init);
@@ -119,19 +171,32 @@ BOOST_AUTO_TEST_CASE(mixprec_hysteresis_fuzz_like_apex) {
 }
 
 BOOST_AUTO_TEST_CASE(cerebras_tolerance_and_clamp) {
-    auto s = make("cerebras", [](auto o) { o.initial_scale = 1024; o.growth_interval = 4; o.overflow_tolerance = 0.25; return o; });
+    auto s = make("cerebras", [](auto o) {
+        o.initial_scale = 1024;
+        o.growth_interval = 4;
+        o.overflow_tolerance = 0.25;
+        return o;
+    });
     // 1 overflow in 4 steps: 1/1 > 0.25 at once backs off; then three finite steps and an overflow: 1/4 is not > 0.25
     BOOST_TEST(run(s, "!") == std::vector<float>{512}, boost::test_tools::per_element());
     BOOST_TEST(run(s, "...!") == (std::vector<float>{512, 512, 512, 512}), boost::test_tools::per_element());
     BOOST_TEST(run(s, ".") == std::vector<float>{1024}, boost::test_tools::per_element()); // 5 > 4 steps: grow
-    auto capped = make("cerebras", [](auto o) { o.initial_scale = 32768; o.growth_interval = 1; return o; });
+    auto capped = make("cerebras", [](auto o) {
+        o.initial_scale = 32768;
+        o.growth_interval = 1;
+        return o;
+    });
     run(capped, "..");
-    BOOST_TEST(capped.scale() == 32768.0f);              // clamped to max 2^15
+    BOOST_TEST(capped.scale() == 32768.0f); // clamped to max 2^15
     BOOST_TEST(capped.state().unclamped_scale == 65536.0f);
 }
 
 BOOST_AUTO_TEST_CASE(ascend_cumulative_decrease) {
-    auto s = make("ascend", [](auto o) { o.initial_scale = 1000; o.growth_interval = 3; return o; });
+    auto s = make("ascend", [](auto o) {
+        o.initial_scale = 1000;
+        o.growth_interval = 3;
+        return o;
+    });
     // decr_every_n = 2 counts overflows cumulatively: overflow, finite, overflow backs off once by 0.8
     BOOST_TEST(run(s, "!.!") == (std::vector<float>{1000, 1000, 1000 * 0.8f}), boost::test_tools::per_element());
     BOOST_TEST(run(s, "...") == (std::vector<float>{800, 800, 1600}), boost::test_tools::per_element());
@@ -199,49 +264,161 @@ namespace reference {
 float up(float s, float g) { return std::isfinite(s * g) ? s * g : s; }
 float down(float s, float b) { return std::max(s * b, 0x1p-126f); }
 
-struct keras3 { float s; long N, c = 0;
-    void step(bool finite) { if (finite) { if (c == N - 1) { s = up(s, 2); c = 0; } else c += 1; } else { c = 0; s = down(s, 0.5f); } } };
-struct tf2 { float s; long N, c = 0;
+struct keras3 {
+    float s;
+    long N, c = 0;
     void step(bool finite) {
-        if (finite) { if (c + 1 >= N) { if (std::isfinite(s * 2)) s = s * 2; c = 0; } else c += 1; }
-        else { c = 0; s = std::max(s / 2, 1.0f); } } };
-struct torch { float s, growth, backoff; long N, c = 0;
+        if (finite) {
+            if (c == N - 1) {
+                s = up(s, 2);
+                c = 0;
+            } else
+                c += 1;
+        } else {
+            c = 0;
+            s = down(s, 0.5f);
+        }
+    }
+};
+struct tf2 {
+    float s;
+    long N, c = 0;
+    void step(bool finite) {
+        if (finite) {
+            if (c + 1 >= N) {
+                if (std::isfinite(s * 2)) s = s * 2;
+                c = 0;
+            } else
+                c += 1;
+        } else {
+            c = 0;
+            s = std::max(s / 2, 1.0f);
+        }
+    }
+};
+struct torch {
+    float s, growth, backoff;
+    long N, c = 0;
     void step(bool found_inf_is_zero) {
-        if (!found_inf_is_zero) { s = down(s, backoff); c = 0; }
-        else { c += 1; if (c == N) { float t = s * growth; if (std::isfinite(t)) s = t; c = 0; } } } };
-struct deepspeed { float s, min; long window, delayed_shift, cur_hyst, cur_iter = 0, last_overflow_iter = -1; bool consecutive;
+        if (!found_inf_is_zero) {
+            s = down(s, backoff);
+            c = 0;
+        } else {
+            c += 1;
+            if (c == N) {
+                float t = s * growth;
+                if (std::isfinite(t)) s = t;
+                c = 0;
+            }
+        }
+    }
+};
+struct deepspeed {
+    float s, min;
+    long window, delayed_shift, cur_hyst, cur_iter = 0, last_overflow_iter = -1;
+    bool consecutive;
     void step(bool finite) {
         if (!finite) {
-            if (delayed_shift == 1 || cur_hyst == 1) s = std::max(s / 2, min);
-            else cur_hyst -= 1;
+            if (delayed_shift == 1 || cur_hyst == 1)
+                s = std::max(s / 2, min);
+            else
+                cur_hyst -= 1;
             last_overflow_iter = cur_iter;
         } else {
             if (consecutive) cur_hyst = delayed_shift;
             long stable = (cur_iter - last_overflow_iter) - 1;
-            if (stable > 0 && stable % window == 0) { if (!consecutive) cur_hyst = delayed_shift; s = up(s, 2); }
+            if (stable > 0 && stable % window == 0) {
+                if (!consecutive) cur_hyst = delayed_shift;
+                s = up(s, 2);
+            }
         }
-        cur_iter += 1; } };
-struct megatron { float s, min, growth, backoff; long interval, hysteresis, c = 0, h;
+        cur_iter += 1;
+    }
+};
+struct megatron {
+    float s, min, growth, backoff;
+    long interval, hysteresis, c = 0, h;
     void step(bool found_inf) {
-        if (found_inf) { c = 0; h -= 1; if (h <= 0) s = std::max(s * backoff, min); }
-        else { c += 1; if (c == interval) { c = 0; h = hysteresis; s = up(s, growth); } } } };
-struct cerebras { float s, min, max; long steps_per_increase; double tol; long steps = 0, overflows = 0;
+        if (found_inf) {
+            c = 0;
+            h -= 1;
+            if (h <= 0) s = std::max(s * backoff, min);
+        } else {
+            c += 1;
+            if (c == interval) {
+                c = 0;
+                h = hysteresis;
+                s = up(s, growth);
+            }
+        }
+    }
+};
+struct cerebras {
+    float s, min, max;
+    long steps_per_increase;
+    double tol;
+    long steps = 0, overflows = 0;
     void step(bool finite) {
-        steps += 1; overflows += finite ? 0 : 1;
-        if (double(overflows) / double(steps) > tol) { s /= 2; steps = overflows = 0; }
-        if (steps > steps_per_increase) { s = up(s, 2); steps = overflows = 0; }
-        s = std::clamp(s, min, max); } };
-struct ascend { float s, incr, decr; long incr_n, decr_n, good = 0, bad = 0;
+        steps += 1;
+        overflows += finite ? 0 : 1;
+        if (double(overflows) / double(steps) > tol) {
+            s /= 2;
+            steps = overflows = 0;
+        }
+        if (steps > steps_per_increase) {
+            s = up(s, 2);
+            steps = overflows = 0;
+        }
+        s = std::clamp(s, min, max);
+    }
+};
+struct ascend {
+    float s, incr, decr;
+    long incr_n, decr_n, good = 0, bad = 0;
     void step(bool finite) {
-        if (finite) { if (good + 1 >= incr_n) { if (s < 3.4e38f / incr) s = s * incr; good = bad = 0; } else good += 1; }
-        else { if (bad + 1 >= decr_n) { s = std::max(1.0f, s * decr); good = bad = 0; } else { bad += 1; good = 0; } } } };
+        if (finite) {
+            if (good + 1 >= incr_n) {
+                if (s < 3.4e38f / incr) s = s * incr;
+                good = bad = 0;
+            } else
+                good += 1;
+        } else {
+            if (bad + 1 >= decr_n) {
+                s = std::max(1.0f, s * decr);
+                good = bad = 0;
+            } else {
+                bad += 1;
+                good = 0;
+            }
+        }
+    }
+};
 /// Apex's fused hysteresis kernel: the rule mixprec follows (plus its floor and cap).
-struct apex_hysteresis { float s, growth, backoff, min, max; long interval, hysteresis, c = 0, h;
+struct apex_hysteresis {
+    float s, growth, backoff, min, max;
+    long interval, hysteresis, c = 0, h;
     void step(bool found_inf) {
-        if (found_inf) { h -= 1; if (h > 0) { c = 0; return; } }
-        if (found_inf) { s = std::max(s * backoff, min); c = 0; }
-        else { c += 1; if (c == interval) { float t = s * growth; if (std::isfinite(t) && t <= max) s = t; c = 0; } }
-        if (!found_inf) h = hysteresis; } };
+        if (found_inf) {
+            h -= 1;
+            if (h > 0) {
+                c = 0;
+                return;
+            }
+        }
+        if (found_inf) {
+            s = std::max(s * backoff, min);
+            c = 0;
+        } else {
+            c += 1;
+            if (c == interval) {
+                float t = s * growth;
+                if (std::isfinite(t) && t <= max) s = t;
+                c = 0;
+            }
+        }
+        if (!found_inf) h = hysteresis;
+    }
+};
 
 } // namespace reference
 
@@ -251,27 +428,58 @@ BOOST_AUTO_TEST_CASE(random_sequences_match_the_reference_rules) {
         std::bernoulli_distribution overflow(p);
         for (long n : {1L, 3L, 7L}) {
             const float init = 1024.0f;
-            LossScale k(LossScaleOptions{.rule = ScaleRule::keras, .initial_scale = init, .growth_interval = n, .min_scale = 0, .max_scale = INFINITY});
+            LossScale k(LossScaleOptions{.rule = ScaleRule::keras,
+                                         .initial_scale = init,
+                                         .growth_interval = n,
+                                         .min_scale = 0,
+                                         .max_scale = INFINITY});
             reference::keras3 rk{init, n};
-            LossScale t(LossScaleOptions{.rule = ScaleRule::tf_keras, .initial_scale = init, .growth_interval = n, .max_scale = INFINITY});
+            LossScale t(LossScaleOptions{
+                .rule = ScaleRule::tf_keras, .initial_scale = init, .growth_interval = n, .max_scale = INFINITY});
             reference::tf2 rt{init, n};
-            LossScale py(LossScaleOptions{.rule = ScaleRule::pytorch, .initial_scale = init, .growth_interval = n,
-                                          .growth_factor = 4, .backoff_factor = 0.25f, .min_scale = 0, .max_scale = INFINITY});
+            LossScale py(LossScaleOptions{.rule = ScaleRule::pytorch,
+                                          .initial_scale = init,
+                                          .growth_interval = n,
+                                          .growth_factor = 4,
+                                          .backoff_factor = 0.25f,
+                                          .min_scale = 0,
+                                          .max_scale = INFINITY});
             reference::torch rp{init, 4, 0.25f, n};
-            LossScale ds(LossScaleOptions{.rule = ScaleRule::deepspeed, .initial_scale = init, .growth_interval = n,
-                                          .hysteresis = 3, .min_scale = 1, .max_scale = INFINITY});
+            LossScale ds(LossScaleOptions{.rule = ScaleRule::deepspeed,
+                                          .initial_scale = init,
+                                          .growth_interval = n,
+                                          .hysteresis = 3,
+                                          .min_scale = 1,
+                                          .max_scale = INFINITY});
             reference::deepspeed rd{init, 1, n, 3, 3, 0, -1, false};
-            LossScale dc(LossScaleOptions{.rule = ScaleRule::deepspeed, .initial_scale = init, .growth_interval = n,
-                                          .hysteresis = 2, .consecutive_hysteresis = true, .min_scale = 1, .max_scale = INFINITY});
+            LossScale dc(LossScaleOptions{.rule = ScaleRule::deepspeed,
+                                          .initial_scale = init,
+                                          .growth_interval = n,
+                                          .hysteresis = 2,
+                                          .consecutive_hysteresis = true,
+                                          .min_scale = 1,
+                                          .max_scale = INFINITY});
             reference::deepspeed rdc{init, 1, n, 2, 2, 0, -1, true};
-            LossScale mg(LossScaleOptions{.rule = ScaleRule::megatron, .initial_scale = init, .growth_interval = n,
-                                          .hysteresis = 2, .min_scale = 1, .max_scale = INFINITY});
+            LossScale mg(LossScaleOptions{.rule = ScaleRule::megatron,
+                                          .initial_scale = init,
+                                          .growth_interval = n,
+                                          .hysteresis = 2,
+                                          .min_scale = 1,
+                                          .max_scale = INFINITY});
             reference::megatron rm{init, 1, 2, 0.5f, n, 2, 0, 2};
-            LossScale cb(LossScaleOptions{.rule = ScaleRule::cerebras, .initial_scale = init, .growth_interval = n,
-                                          .min_scale = 0x1p-14f, .max_scale = 32768, .overflow_tolerance = 0.3});
+            LossScale cb(LossScaleOptions{.rule = ScaleRule::cerebras,
+                                          .initial_scale = init,
+                                          .growth_interval = n,
+                                          .min_scale = 0x1p-14f,
+                                          .max_scale = 32768,
+                                          .overflow_tolerance = 0.3});
             reference::cerebras rc{init, 0x1p-14f, 32768, n, 0.3};
-            LossScale as(LossScaleOptions{.rule = ScaleRule::ascend, .initial_scale = init, .growth_interval = n,
-                                          .backoff_factor = 0.8f, .max_scale = INFINITY, .decrease_every = 2});
+            LossScale as(LossScaleOptions{.rule = ScaleRule::ascend,
+                                          .initial_scale = init,
+                                          .growth_interval = n,
+                                          .backoff_factor = 0.8f,
+                                          .max_scale = INFINITY,
+                                          .decrease_every = 2});
             reference::ascend ra{init, 2, 0.8f, n, 2};
             LossScale mx(LossScaleOptions{.initial_scale = init, .growth_interval = n, .hysteresis = 2});
             reference::apex_hysteresis rx{init, 2, 0.5f, 1, 16777216.0f, n, 2, 0, 2};

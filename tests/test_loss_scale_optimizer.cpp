@@ -15,7 +15,9 @@ using autodiff::Variable;
 
 namespace {
 
-Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) { return Tensor::from_floats(Shape{v.size()}, v, dtype); }
+Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) {
+    return Tensor::from_floats(Shape{v.size()}, v, dtype);
+}
 
 std::vector<Variable> variables(Dtype working, unsigned seed) {
     std::mt19937 gen(seed);
@@ -68,8 +70,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::unique_ptr<optim::Optimizer> adam_with_schedule() {
     return std::make_unique<optim::Adam>(optim::Adam::Options{
-        .learning_rate = std::make_shared<optim::ExponentialDecay>(optim::ExponentialDecay::Options{
-            .initial = 1e-2f, .decay_steps = 1, .decay_rate = 0.9f})});
+        .learning_rate = std::make_shared<optim::ExponentialDecay>(
+            optim::ExponentialDecay::Options{.initial = 1e-2f, .decay_steps = 1, .decay_rate = 0.9f})});
 }
 
 } // namespace
@@ -80,9 +82,11 @@ BOOST_AUTO_TEST_CASE(keras_finite_and_infinite_step) {
                                 {.initial_scale = 4096});
     std::vector<Variable> vars{Variable(vec({1, 2, 3, 4}))};
     BOOST_TEST(opt.apply({vec({4096, 6 * 4096, 7 * 4096, 2 * 4096})}, vars));
-    BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{0.5f, -1, -0.5f, 3}), boost::test_tools::per_element());
+    BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{0.5f, -1, -0.5f, 3}),
+               boost::test_tools::per_element());
     BOOST_TEST(!opt.apply({vec({INFINITY, INFINITY, INFINITY, INFINITY})}, vars)); // test_infinite_step
-    BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{0.5f, -1, -0.5f, 3}), boost::test_tools::per_element());
+    BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{0.5f, -1, -0.5f, 3}),
+               boost::test_tools::per_element());
     BOOST_TEST(opt.scale() == 2048.0f);
 }
 
@@ -92,7 +96,8 @@ BOOST_AUTO_TEST_CASE(skipped_step_changes_nothing) {
     for (Dtype dtype : {Dtype::float16, Dtype::bfloat16, Dtype::float32}) {
         amp::LossScaleOptimizer opt(adam_with_schedule(), {.initial_scale = 1024, .growth_interval = 3});
         auto vars = variables(Dtype::float16, 1);
-        for (unsigned step = 0; step < 4; ++step) BOOST_TEST_REQUIRE(opt.apply(gradients(vars, 1024, dtype, step), vars));
+        for (unsigned step = 0; step < 4; ++step)
+            BOOST_TEST_REQUIRE(opt.apply(gradients(vars, 1024, dtype, step), vars));
         for (std::size_t which = 0; which < 3; ++which)
             for (float bad : {NAN, INFINITY, -INFINITY}) {
                 auto grads = gradients(vars, opt.scale(), dtype, 99);
@@ -131,8 +136,9 @@ BOOST_AUTO_TEST_CASE(clipping_sees_unscaled_gradients) {
     for (optim::Clipping clip : {optim::Clipping{.clipnorm = 1e-2f}, optim::Clipping{.global_clipnorm = 1e-2f},
                                  optim::Clipping{.clipvalue = 5e-3f}}) {
         auto scaled_vars = variables(Dtype::float32, 3), plain_vars = variables(Dtype::float32, 3);
-        amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .clip = clip}),
-                                    {.dynamic = false, .initial_scale = 1024});
+        amp::LossScaleOptimizer opt(
+            std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .clip = clip}),
+            {.dynamic = false, .initial_scale = 1024});
         optim::SGD plain({.learning_rate = 0.1f, .clip = clip});
         for (unsigned step = 0; step < 3; ++step) {
             BOOST_TEST_REQUIRE(opt.apply(gradients(scaled_vars, 1024, Dtype::float32, step), scaled_vars));
@@ -166,13 +172,16 @@ BOOST_AUTO_TEST_CASE(pytorch_scaling_case) {
     amp::LossScaleOptions o = amp::loss_scale_preset("pytorch");
     o.initial_scale = 128;
     o.growth_interval = 1;
-    amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f}), o);
+    amp::LossScaleOptimizer opt(
+        std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f, .momentum = 0.9f}), o);
     optim::SGD control({.learning_rate = 0.1f, .momentum = 0.9f});
     auto a = variables(Dtype::float32, 5), b = variables(Dtype::float32, 5);
     for (unsigned step = 0; step < 4; ++step) {
         auto grads = gradients(a, opt.scale(), Dtype::float32, step);
-        if (step == 2) grads[1].set({0}, INFINITY);
-        else control.apply(gradients(b, 1, Dtype::float32, step), b);
+        if (step == 2)
+            grads[1].set({0}, INFINITY);
+        else
+            control.apply(gradients(b, 1, Dtype::float32, step), b);
         opt.apply(grads, a);
     }
     BOOST_TEST(opt.scale() == 512.0f);
@@ -183,15 +192,18 @@ BOOST_AUTO_TEST_CASE(pytorch_scaling_case) {
 // Gradient accumulation: two micro-batches summed and unscaled once equal one step with the sum.
 BOOST_AUTO_TEST_CASE(gradient_accumulation) {
     auto a = variables(Dtype::float32, 6), b = variables(Dtype::float32, 6);
-    amp::LossScaleOptimizer acc(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}), {.initial_scale = 256});
-    amp::LossScaleOptimizer once(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}), {.initial_scale = 256});
+    amp::LossScaleOptimizer acc(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}),
+                                {.initial_scale = 256});
+    amp::LossScaleOptimizer once(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}),
+                                 {.initial_scale = 256});
     const auto g1 = gradients(a, 256, Dtype::float16, 1), g2 = gradients(a, 256, Dtype::float16, 2);
     acc.accumulate(g1);
     acc.accumulate(g2);
     BOOST_TEST(acc.accumulated_micro_batches() == 2u);
     BOOST_TEST(acc.apply_accumulated(a));
     std::vector<Tensor> sum;
-    for (std::size_t i = 0; i < 3; ++i) sum.push_back(autodiff::kernels::add(g1[i].to(Dtype::float32), g2[i].to(Dtype::float32)));
+    for (std::size_t i = 0; i < 3; ++i)
+        sum.push_back(autodiff::kernels::add(g1[i].to(Dtype::float32), g2[i].to(Dtype::float32)));
     BOOST_TEST(once.apply(sum, b));
     for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(same_bits(a[i].value().to_floats(), b[i].value().to_floats()));
     BOOST_TEST(acc.iterations() == 1);
@@ -247,7 +259,7 @@ BOOST_AUTO_TEST_CASE(fused_unscale_pass_on_every_path_and_size) {
                 norm += double(out[i]) * out[i];
             }
             BOOST_TEST(r.squared_norm == norm);
-            BOOST_TEST(storage[0] == -1.0f); // nothing written before the output
+            BOOST_TEST(storage[0] == -1.0f);                    // nothing written before the output
             BOOST_TEST(!amp::unscale(g, 0x1p127f, out).finite); // 24 * 2^127 overflows
             for (std::size_t pos : {std::size_t{2}, n / 2 + 3, n - 1}) {
                 std::vector<float> w(v);

@@ -12,7 +12,7 @@ using namespace mixprec::autodiff;
 
 namespace {
 
-const Dtype all_dtypes[] = {Dtype::float32, Dtype::float16, Dtype::bfloat16,
+const Dtype all_dtypes[] = {Dtype::float32,   Dtype::float16,     Dtype::bfloat16,
                             Dtype::cbfloat16, Dtype::float8_e4m3, Dtype::float8_e5m2};
 
 /// A 1x1 tensor holding x rounded to dtype.
@@ -64,7 +64,8 @@ void check_product(const Tensor& a, const Tensor& b, const Tensor& c, MatmulOpti
     for_each_sum(a, b, c, o, [&](std::size_t index, double exact, double magnitude) {
         const double got = c.flat(index);
         if (std::fabs(got - exact) > error_bounds::rounded_sum_error(c.dtype(), k, exact, magnitude) && ++bad <= 3)
-            BOOST_TEST_MESSAGE("c.flat(" << index << ") = " << got << ", expected " << exact << " (Σ|a b| = " << magnitude << ")");
+            BOOST_TEST_MESSAGE("c.flat(" << index << ") = " << got << ", expected " << exact
+                                         << " (Σ|a b| = " << magnitude << ")");
     });
     BOOST_TEST(bad == 0u, c.dtype() << " " << a.shape() << " @ " << b.shape() << ": " << bad << " elements off");
 }
@@ -75,7 +76,8 @@ void check_product(const Tensor& a, const Tensor& b, const Tensor& c, MatmulOpti
 BOOST_AUTO_TEST_CASE(exact_small_products) {
     const std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{1, 0, -1, 2, 0.5f, 1};
     for (Dtype dtype : all_dtypes) {
-        const Tensor c = kernels::matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype));
+        const Tensor c =
+            kernels::matmul(Tensor::from_floats(Shape{2, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype));
         BOOST_TEST(c.dtype() == dtype);
         BOOST_TEST(c.shape() == (Shape{2, 2}));
         BOOST_TEST(c.at({0, 0}) == 0.5f);  // 1 - 2 + 1.5
@@ -106,7 +108,7 @@ BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
     if (isa() < Isa::avx512_bf16) {
         BOOST_TEST_MESSAGE("no AVX512-BF16 on this CPU: the onednn backend is not available");
         BOOST_CHECK_THROW(kernels::matmul(Tensor(Shape{2, 2}, Dtype::bfloat16), Tensor(Shape{2, 2}, Dtype::bfloat16),
-                                 {.backend = MatmulBackend::onednn}),
+                                          {.backend = MatmulBackend::onednn}),
                           std::invalid_argument);
         return;
     }
@@ -123,8 +125,9 @@ BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
         // roundings. A bound relative to |c| alone cannot hold where the sum cancels.
         std::size_t far = 0;
         for_each_sum(a, b, c1, one, [&](std::size_t i, double, double magnitude) {
-            far += std::fabs(c1.flat(i) - c2.flat(i)) >
-                   error_bounds::two_orders_difference(Dtype::bfloat16, depth(a, one), magnitude, c1.flat(i), c2.flat(i));
+            far +=
+                std::fabs(c1.flat(i) - c2.flat(i)) >
+                error_bounds::two_orders_difference(Dtype::bfloat16, depth(a, one), magnitude, c1.flat(i), c2.flat(i));
         });
         BOOST_TEST(far == 0u);
     }
@@ -141,11 +144,12 @@ BOOST_AUTO_TEST_CASE(bias_is_added_before_the_one_rounding) {
     for (Dtype dtype : all_dtypes)
         for (MatmulBackend backend : {MatmulBackend::automatic, MatmulBackend::sgemm}) {
             const Tensor bias = Tensor::from_floats(Shape{2}, biasv, dtype);
-            const Tensor c = kernels::matmul(Tensor::from_floats(Shape{64, 3}, av, dtype), Tensor::from_floats(Shape{3, 2}, bv, dtype),
-                                             {.backend = backend}, &bias);
+            const Tensor c = kernels::matmul(Tensor::from_floats(Shape{64, 3}, av, dtype),
+                                             Tensor::from_floats(Shape{3, 2}, bv, dtype), {.backend = backend}, &bias);
             const float expected[] = {0.5f, 7, 2, 16}; // a @ b, rows (1 2 3) and (4 5 6)
             for (std::size_t i = 0; i < c.size(); ++i)
-                BOOST_TEST_REQUIRE(c.flat(i) == one(expected[i % 4] + bias.flat(i % 2), dtype).flat(0), dtype << " element " << i);
+                BOOST_TEST_REQUIRE(c.flat(i) == one(expected[i % 4] + bias.flat(i % 2), dtype).flat(0),
+                                   dtype << " element " << i);
         }
 }
 

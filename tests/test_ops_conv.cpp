@@ -23,7 +23,8 @@ Tensor random(const Shape& shape, float lo, float hi, unsigned seed, bool positi
 /// so the max of a window never changes hands during gradcheck.
 Tensor distinct(const Shape& shape, unsigned seed) {
     std::vector<float> v(shape.elements());
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * (static_cast<float>(i) - 0.5f * static_cast<float>(v.size()));
+    for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = 0.1f * (static_cast<float>(i) - 0.5f * static_cast<float>(v.size()));
     std::shuffle(v.begin(), v.end(), std::mt19937(seed));
     return Tensor::from_floats(shape, v);
 }
@@ -75,7 +76,8 @@ struct naive {
                                     const long r = long(i * o.stride[0] + p * o.dilation[0]) - long(o.padding[0]);
                                     const long t = long(j * o.stride[1] + q * o.dilation[1]) - long(o.padding[1]);
                                     if (r < 0 || t < 0 || r >= long(H) || t >= long(W)) continue;
-                                    const std::size_t xi = ((n * C + c) * H + r) * W + t, wi = ((oc * C + c) * KH + p) * KW + q;
+                                    const std::size_t xi = ((n * C + c) * H + r) * W + t,
+                                                      wi = ((oc * C + c) * KH + p) * KW + q;
                                     s += double(w[wi]) * x[xi];
                                     dx[xi] += g * w[wi];
                                     dw[wi] += g * x[xi];
@@ -94,7 +96,10 @@ const std::vector<conv_case>& conv_cases() {
         {"no bias", Shape{2, 3, 6, 6}, Shape{2, 3, 3, 3}, false, {}},
         {"non-square 2x4", Shape{2, 2, 7, 9}, Shape{3, 2, 2, 4}, true, {.stride = {1, 2}, .padding = {0, 2}}},
         {"C=1 O=1", Shape{3, 1, 6, 5}, Shape{1, 1, 3, 2}, true, {}},
-        {"everything", Shape{2, 3, 11, 10}, Shape{5, 3, 3, 2}, true,
+        {"everything",
+         Shape{2, 3, 11, 10},
+         Shape{5, 3, 3, 2},
+         true,
          {.stride = {2, 3}, .padding = {1, 2}, .dilation = {2, 1}}},
         {"1x1 kernel", Shape{2, 4, 3, 3}, Shape{5, 4, 1, 1}, false, {}},
         {"kernel = input", Shape{2, 2, 4, 3}, Shape{3, 2, 4, 3}, true, {}},
@@ -134,7 +139,8 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_matches_naive_reference) {
     unsigned seed = 100;
     for (const conv_case& k : conv_cases()) {
         const Tensor x = random(k.x, 0.0f, 1.0f, ++seed), w = random(k.w, 0.0f, 1.0f, ++seed);
-        const std::optional<Tensor> b = k.bias ? std::optional(random(Shape{k.w[0]}, 0.0f, 1.0f, ++seed)) : std::nullopt;
+        const std::optional<Tensor> b =
+            k.bias ? std::optional(random(Shape{k.w[0]}, 0.0f, 1.0f, ++seed)) : std::nullopt;
         const Tensor y = run(k, x, w, b);
         const naive ref(k, x.to_floats(), w.to_floats(), b ? b->to_floats() : std::vector<float>{});
         const naive size(k, magnitudes(x.to_floats()), magnitudes(w.to_floats()),
@@ -142,8 +148,9 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_matches_naive_reference) {
         const auto& o = k.options;
         BOOST_TEST_CONTEXT(k.name) {
             BOOST_TEST(y.dtype() == Dtype::float32);
-            BOOST_TEST(y.shape() == (Shape{k.x[0], k.w[0], out_size(k.x[2], k.w[2], o.stride[0], o.padding[0], o.dilation[0]),
-                                           out_size(k.x[3], k.w[3], o.stride[1], o.padding[1], o.dilation[1])}));
+            BOOST_TEST(y.shape() ==
+                       (Shape{k.x[0], k.w[0], out_size(k.x[2], k.w[2], o.stride[0], o.padding[0], o.dilation[0]),
+                              out_size(k.x[3], k.w[3], o.stride[1], o.padding[1], o.dilation[1])}));
             // A float32 sum of C·kh·kw products and the bias.
             BOOST_TEST(far_from_sums(y, ref.y, size.y, k.x[1] * k.w[2] * k.w[3] + 1) == 0u);
         }
@@ -171,7 +178,11 @@ BOOST_AUTO_TEST_CASE(conv2d_gradients) {
         {"N=2 C=2 5x5 O=3 3x3", Shape{2, 2, 5, 5}, Shape{3, 2, 3, 3}, true, {}},
         {"stride 2 padding 1", Shape{2, 2, 6, 5}, Shape{3, 2, 3, 3}, true, {.stride = {2, 2}, .padding = {1, 1}}},
         {"dilation 2 no bias", Shape{1, 2, 7, 6}, Shape{2, 2, 3, 2}, false, {.dilation = {2, 2}}},
-        {"overlapping 2x3 stride (1, 2)", Shape{2, 1, 5, 7}, Shape{2, 1, 2, 3}, true, {.stride = {1, 2}, .padding = {1, 0}}},
+        {"overlapping 2x3 stride (1, 2)",
+         Shape{2, 1, 5, 7},
+         Shape{2, 1, 2, 3},
+         true,
+         {.stride = {1, 2}, .padding = {1, 0}}},
     };
     for (const conv_case& k : cases) {
         std::vector<Tensor> in{random(k.x, 0.1f, 1.0f, ++seed), random(k.w, 0.1f, 1.0f, ++seed)};
@@ -308,22 +319,44 @@ BOOST_AUTO_TEST_CASE(pool_gradients) {
 
 BOOST_AUTO_TEST_CASE(shape_errors_name_the_shapes) {
     const Tensor x(Shape{8, 3, 28, 28}), w(Shape{16, 3, 3, 3});
-    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, Tensor(Shape{16, 4, 3, 3})); },
-                                         {"(8, 3, 28, 28)", "3 channels", "(16, 4, 3, 3)", "expect 4"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            conv2d(x, Tensor(Shape{16, 4, 3, 3}));
+        },
+        {"(8, 3, 28, 28)", "3 channels", "(16, 4, 3, 3)", "expect 4"})));
     BOOST_TEST((throws_with<shape_error>([&] { conv2d(Tensor(Shape{3, 28, 28}), w); }, {"(3, 28, 28)", "rank 4"})));
     BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, Tensor(Shape{16, 3, 9})); }, {"(16, 3, 9)", "rank 4"})));
     BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, Tensor(Shape{15})); }, {"(15)", "(16)", "(16, 3, 3, 3)"})));
     BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, Tensor(Shape{1, 16})); }, {"(1, 16)"})));
     BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, std::nullopt, {.stride = {0, 1}}); }, {"stride (0, 1)"})));
-    BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, w, std::nullopt, {.dilation = {1, 0}}); }, {"dilation (1, 0)"})));
-    BOOST_TEST((throws_with<shape_error>([&] { conv2d(Tensor(Shape{1, 3, 4, 4}), w, std::nullopt, {.dilation = {2, 2}}); },
-                                         {"(1, 3, 4, 4)", "(5, 5)", "(16, 3, 3, 3)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            conv2d(x, w, std::nullopt, {.dilation = {1, 0}});
+        },
+        {"dilation (1, 0)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            conv2d(Tensor(Shape{1, 3, 4, 4}), w, std::nullopt, {.dilation = {2, 2}});
+        },
+        {"(1, 3, 4, 4)", "(5, 5)", "(16, 3, 3, 3)"})));
     BOOST_TEST((throws_with<shape_error>([&] { conv2d(x, Tensor(Shape{16, 3, 0, 3})); }, {"(16, 3, 0, 3)"})));
     BOOST_CHECK_THROW(conv2d(x, w.to(Dtype::float16)), dtype_error);
     BOOST_CHECK_THROW(conv2d(x, w, Tensor(Shape{16}, Dtype::bfloat16)), dtype_error);
 
-    BOOST_TEST((throws_with<shape_error>([&] { max_pool2d(Tensor(Shape{3, 4, 4}), {2, 2}); }, {"(3, 4, 4)", "rank 4"})));
-    BOOST_TEST((throws_with<shape_error>([&] { avg_pool2d(x, {2, 2}, {1, 1}, {2, 0}); }, {"(8, 3, 28, 28)", "padding (2, 0)"})));
-    BOOST_TEST((throws_with<shape_error>([&] { max_pool2d(Tensor(Shape{1, 1, 2, 5}), {3, 3}); }, {"(1, 1, 2, 5)", "(3, 3)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            max_pool2d(Tensor(Shape{3, 4, 4}), {2, 2});
+        },
+        {"(3, 4, 4)", "rank 4"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            avg_pool2d(x, {2, 2}, {1, 1}, {2, 0});
+        },
+        {"(8, 3, 28, 28)", "padding (2, 0)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            max_pool2d(Tensor(Shape{1, 1, 2, 5}), {3, 3});
+        },
+        {"(1, 1, 2, 5)", "(3, 3)"})));
     BOOST_TEST((throws_with<shape_error>([&] { avg_pool2d(x, {0, 2}); }, {"kernel (0, 2)"})));
 }

@@ -3,8 +3,8 @@
 
 #include <mixprec/mixprec.hpp>
 
-#include <mixprec/autodiff/tensor/detail/vector_math.hpp>
 #include "op_checks.hpp"
+#include <mixprec/autodiff/tensor/detail/vector_math.hpp>
 
 #include <bit>
 #include <cfloat>
@@ -37,8 +37,8 @@ using unary = Tensor (*)(const Tensor&);
 BOOST_AUTO_TEST_CASE(unary_ops) {
     const Tensor any = random(Shape{3, 4}, 0.1f, 2.0f, 1), positive = random(Shape{3, 4}, 0.2f, 2.0f, 2, true);
     const std::vector<std::pair<std::string, unary>> everywhere{
-        {"neg", neg}, {"exp", exp}, {"square", square}, {"abs", abs}, {"relu", relu},
-        {"tanh", tanh}, {"sigmoid", sigmoid}, {"gelu", gelu}};
+        {"neg", neg},   {"exp", exp},   {"square", square},   {"abs", abs},
+        {"relu", relu}, {"tanh", tanh}, {"sigmoid", sigmoid}, {"gelu", gelu}};
     for (const auto& [name, op] : everywhere) check(name, [op](const auto& in) { return op(in[0]); }, {any});
     check("log", [](const auto& in) { return log(in[0]); }, {positive});
     check("sqrt", [](const auto& in) { return sqrt(in[0]); }, {positive});
@@ -68,12 +68,15 @@ BOOST_AUTO_TEST_CASE(matmul_all_layouts) {
             const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
             const auto f = [o](const auto& in) { return matmul(in[0], in[1], o); };
             const std::string name = std::string("matmul ta=") + (ta ? "1" : "0") + " tb=" + (tb ? "1" : "0");
-            check(name, f, {random(ta ? Shape{4, 3} : Shape{3, 4}, 0.1f, 1.0f, ++seed),
-                            random(tb ? Shape{5, 4} : Shape{4, 5}, 0.1f, 1.0f, ++seed)});
-            check(name + " batched", f, {random(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, 0.1f, 1.0f, ++seed),
-                                         random(tb ? Shape{2, 5, 4} : Shape{2, 4, 5}, 0.1f, 1.0f, ++seed)});
-            check(name + " shared b", f, {random(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, 0.1f, 1.0f, ++seed),
-                                          random(tb ? Shape{5, 4} : Shape{4, 5}, 0.1f, 1.0f, ++seed)});
+            check(name, f,
+                  {random(ta ? Shape{4, 3} : Shape{3, 4}, 0.1f, 1.0f, ++seed),
+                   random(tb ? Shape{5, 4} : Shape{4, 5}, 0.1f, 1.0f, ++seed)});
+            check(name + " batched", f,
+                  {random(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, 0.1f, 1.0f, ++seed),
+                   random(tb ? Shape{2, 5, 4} : Shape{2, 4, 5}, 0.1f, 1.0f, ++seed)});
+            check(name + " shared b", f,
+                  {random(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, 0.1f, 1.0f, ++seed),
+                   random(tb ? Shape{5, 4} : Shape{4, 5}, 0.1f, 1.0f, ++seed)});
         }
 }
 
@@ -105,18 +108,20 @@ BOOST_AUTO_TEST_CASE(gradcheck_catches_a_wrong_backward) {
 // a float16 dense equals round(float32 product + bias) exactly.
 BOOST_AUTO_TEST_CASE(dense_layer) {
     const auto with_bias = [](const auto& in) { return dense(in[0], in[1], in[2]); };
-    check("dense", with_bias, {random(Shape{3, 4}, 0.1f, 1.0f, 80), random(Shape{4, 5}, 0.1f, 1.0f, 81),
-                               random(Shape{5}, 0.1f, 1.0f, 82)});
-    check("dense 3-D", with_bias, {random(Shape{2, 3, 4}, 0.1f, 1.0f, 83), random(Shape{4, 5}, 0.1f, 1.0f, 84),
-                                   random(Shape{5}, 0.1f, 1.0f, 85)});
+    check("dense", with_bias,
+          {random(Shape{3, 4}, 0.1f, 1.0f, 80), random(Shape{4, 5}, 0.1f, 1.0f, 81), random(Shape{5}, 0.1f, 1.0f, 82)});
+    check("dense 3-D", with_bias,
+          {random(Shape{2, 3, 4}, 0.1f, 1.0f, 83), random(Shape{4, 5}, 0.1f, 1.0f, 84),
+           random(Shape{5}, 0.1f, 1.0f, 85)});
     check("dense without bias", [](const auto& in) { return dense(in[0], in[1]); },
           {random(Shape{3, 4}, 0.1f, 1.0f, 86), random(Shape{4, 2}, 0.1f, 1.0f, 87)});
 
     const Tensor x = random(Shape{8, 16}, 0.1f, 1.0f, 88), w = random(Shape{16, 4}, 0.1f, 1.0f, 89),
                  b = random(Shape{4}, 0.1f, 1.0f, 90);
     const Tensor x16 = x.to(Dtype::float16), w16 = w.to(Dtype::float16), b16 = b.to(Dtype::float16);
-    const Tensor once = kernels::add(kernels::matmul(x16.to(Dtype::float32), w16.to(Dtype::float32)),
-                                     b16.to(Dtype::float32)).to(Dtype::float16);
+    const Tensor once =
+        kernels::add(kernels::matmul(x16.to(Dtype::float32), w16.to(Dtype::float32)), b16.to(Dtype::float32))
+            .to(Dtype::float16);
     const Tensor y = dense(x16, w16, b16);
     BOOST_TEST(y.dtype() == Dtype::float16);
     for (std::size_t i = 0; i < y.size(); ++i) BOOST_TEST(y.flat(i) == once.flat(i));

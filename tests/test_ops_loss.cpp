@@ -33,8 +33,7 @@ const std::vector<std::int32_t> labels4{0, 3, 4, 3};
 } // namespace
 
 BOOST_AUTO_TEST_CASE(crossentropy_gradients) {
-    check("crossentropy from logits",
-          [](const auto& in) { return sparse_categorical_crossentropy(labels4, in[0]); },
+    check("crossentropy from logits", [](const auto& in) { return sparse_categorical_crossentropy(labels4, in[0]); },
           {random(Shape{4, 5}, 0.1f, 3.0f, 1)});
     // Probabilities in [0.1, 1]: far from the clip at 1e-7, and the finite-difference step (1e-2) stays positive.
     check("crossentropy from probabilities",
@@ -62,8 +61,12 @@ BOOST_AUTO_TEST_CASE(crossentropy_values) {
     BOOST_TEST(loss.flat(0) == (row0 + row1) / 2, boost::test_tools::tolerance(1e-6));
     const Tensor g = tape.gradient(loss, {logits})[0];
     const double s0 = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
-    const double expected[6] = {(std::exp(1.0) / s0 - 1) / 2, std::exp(2.0) / s0 / 2, std::exp(3.0) / s0 / 2,
-                                0.25 / 2, 0.25 / 2, (0.5 - 1) / 2};
+    const double expected[6] = {(std::exp(1.0) / s0 - 1) / 2,
+                                std::exp(2.0) / s0 / 2,
+                                std::exp(3.0) / s0 / 2,
+                                0.25 / 2,
+                                0.25 / 2,
+                                (0.5 - 1) / 2};
     for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(g.flat(i) == expected[i], boost::test_tools::tolerance(1e-6));
 
     // Probabilities: -log p[label], averaged; a zero probability is clipped at 1e-7 and gets no gradient.
@@ -125,10 +128,14 @@ BOOST_AUTO_TEST_CASE(crossentropy_errors) {
                                                    {"index 2", "is 7", "[0, 5)"})));
     BOOST_TEST((throws_with<std::invalid_argument>([&] { sparse_categorical_crossentropy(negative, logits, false); },
                                                    {"index 0", "-1"})));
-    BOOST_TEST((throws_with<shape_error>([&] { sparse_categorical_crossentropy(two, logits); }, {"(3, 5)", "2 labels"})));
+    BOOST_TEST(
+        (throws_with<shape_error>([&] { sparse_categorical_crossentropy(two, logits); }, {"(3, 5)", "2 labels"})));
     BOOST_TEST((throws_with<shape_error>([&] { sparse_categorical_crossentropy(two, Tensor(Shape{2})); }, {"(2)"})));
-    BOOST_TEST((throws_with<shape_error>([&] { sparse_categorical_crossentropy(none, Tensor(Shape{0, 5})); },
-                                         {"(0, 5)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            sparse_categorical_crossentropy(none, Tensor(Shape{0, 5}));
+        },
+        {"(0, 5)"})));
 }
 
 BOOST_AUTO_TEST_CASE(mean_squared_error_gradients) {
@@ -140,7 +147,8 @@ BOOST_AUTO_TEST_CASE(mean_squared_error_gradients) {
 // By hand, with the two inputs in different dtypes: each gradient comes back in its own dtype.
 BOOST_AUTO_TEST_CASE(mean_squared_error_values) {
     const std::vector<float> t{1, 2, 3, 4}, p{1.5f, 2, 1, 4};
-    const Tensor y_true = Tensor::from_floats(Shape{2, 2}, t), y_pred = Tensor::from_floats(Shape{2, 2}, p, Dtype::float16);
+    const Tensor y_true = Tensor::from_floats(Shape{2, 2}, t),
+                 y_pred = Tensor::from_floats(Shape{2, 2}, p, Dtype::float16);
     GradientTape tape;
     tape.watch(y_true);
     tape.watch(y_pred);
@@ -156,7 +164,10 @@ BOOST_AUTO_TEST_CASE(mean_squared_error_values) {
 }
 
 BOOST_AUTO_TEST_CASE(mean_squared_error_errors) {
-    BOOST_TEST((throws_with<shape_error>([] { mean_squared_error(Tensor(Shape{2, 3}), Tensor(Shape{3, 2})); },
-                                         {"(2, 3)", "(3, 2)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [] {
+            mean_squared_error(Tensor(Shape{2, 3}), Tensor(Shape{3, 2}));
+        },
+        {"(2, 3)", "(3, 2)"})));
     BOOST_TEST((throws_with<shape_error>([] { mean_squared_error(Tensor(Shape{0}), Tensor(Shape{0})); }, {"(0)"})));
 }

@@ -31,10 +31,10 @@ using op_checks::throws_with;
 
 BOOST_AUTO_TEST_CASE(layer_norm_gradients) {
     const auto f = [](const auto& in) { return layer_norm(in[0], in[1], in[2]); };
-    check("layer_norm (3, 5)", f, {random(Shape{3, 5}, 0.1f, 2.0f, 1), random(Shape{5}, 0.5f, 1.5f, 2),
-                                   random(Shape{5}, 0.1f, 1.0f, 3)});
-    check("layer_norm (2, 2, 4)", f, {random(Shape{2, 2, 4}, 0.1f, 2.0f, 4), random(Shape{4}, 0.5f, 1.5f, 5),
-                                      random(Shape{4}, 0.1f, 1.0f, 6)});
+    check("layer_norm (3, 5)", f,
+          {random(Shape{3, 5}, 0.1f, 2.0f, 1), random(Shape{5}, 0.5f, 1.5f, 2), random(Shape{5}, 0.1f, 1.0f, 3)});
+    check("layer_norm (2, 2, 4)", f,
+          {random(Shape{2, 2, 4}, 0.1f, 2.0f, 4), random(Shape{4}, 0.5f, 1.5f, 5), random(Shape{4}, 0.1f, 1.0f, 6)});
     check("layer_norm eps 0.1", [](const auto& in) { return layer_norm(in[0], in[1], in[2], 0.1f); },
           {random(Shape{2, 6}, 0.1f, 1.0f, 7), random(Shape{6}, 0.5f, 1.5f, 8), random(Shape{6}, 0.1f, 1.0f, 9)});
 }
@@ -53,7 +53,8 @@ BOOST_AUTO_TEST_CASE(layer_norm_normalizes_rows) {
         BOOST_TEST(std::fabs(mean) < 1e-6);
         BOOST_TEST(var == xv / (xv + 1e-5), boost::test_tools::tolerance(1e-5));
         for (std::size_t j = 0; j < 8; ++j)
-            BOOST_TEST(z.at({r, j}) == gamma.flat(j) * y.at({r, j}) + beta.flat(j), boost::test_tools::tolerance(1e-5f));
+            BOOST_TEST(z.at({r, j}) == gamma.flat(j) * y.at({r, j}) + beta.flat(j),
+                       boost::test_tools::tolerance(1e-5f));
     }
     const Tensor h = layer_norm(x.to(Dtype::float16), gamma.to(Dtype::float16), beta.to(Dtype::float16));
     BOOST_TEST(h.dtype() == Dtype::float16);
@@ -70,7 +71,10 @@ BOOST_AUTO_TEST_CASE(layer_norm_errors) {
 
 BOOST_AUTO_TEST_CASE(embedding_gradients) {
     static const std::vector<std::int32_t> ids{1, 3, 1, 0, 1, 4}; // 2 never used, 1 three times
-    check("embedding", [](const auto& in) { return embedding(in[0], ids, Shape{2, 3}); },
+    check("embedding",
+          [](const auto& in) {
+              return embedding(in[0], ids, Shape{2, 3});
+          },
           {random(Shape{5, 3}, 0.1f, 2.0f, 20)});
 }
 
@@ -103,16 +107,25 @@ BOOST_AUTO_TEST_CASE(embedding_errors) {
     const std::vector<std::int32_t> bad{0, 1, 4}, negative{-2}, two{0, 1};
     BOOST_TEST((throws_with<std::invalid_argument>([&] { embedding(table, bad, Shape{3}); },
                                                    {"position 2", "is 4", "[0, 4)"})));
-    BOOST_TEST((throws_with<std::invalid_argument>([&] { embedding(table, negative, Shape{1}); }, {"position 0", "-2"})));
+    BOOST_TEST(
+        (throws_with<std::invalid_argument>([&] { embedding(table, negative, Shape{1}); }, {"position 0", "-2"})));
     BOOST_TEST((throws_with<shape_error>([&] { embedding(table, two, Shape{3}); }, {"2 ids", "(3)"})));
     BOOST_TEST((throws_with<shape_error>([&] { embedding(Tensor(Shape{4}), two, Shape{2}); }, {"(4)"})));
 }
 
 // Each evaluation draws from a fresh Rng with the same seed, so the finite differences see one mask.
 BOOST_AUTO_TEST_CASE(dropout_gradients) {
-    check("dropout 0.3", [](const auto& in) { Rng rng(42); return dropout(in[0], 0.3f, rng); },
+    check("dropout 0.3",
+          [](const auto& in) {
+              Rng rng(42);
+              return dropout(in[0], 0.3f, rng);
+          },
           {random(Shape{4, 5}, 0.1f, 2.0f, 30)});
-    check("dropout 0.5", [](const auto& in) { Rng rng(43); return dropout(in[0], 0.5f, rng); },
+    check("dropout 0.5",
+          [](const auto& in) {
+              Rng rng(43);
+              return dropout(in[0], 0.5f, rng);
+          },
           {random(Shape{3, 7}, 0.1f, 2.0f, 31)});
 }
 
@@ -143,7 +156,7 @@ BOOST_AUTO_TEST_CASE(dropout_masks_follow_the_seed) {
     BOOST_TEST(ya == yb);
     BOOST_TEST(ya != yc);
     BOOST_TEST(ya != next); // the generator advanced
-    BOOST_TEST(!(a == b)); // a drew twice, b once
+    BOOST_TEST(!(a == b));  // a drew twice, b once
 
     // The gradient uses the forward mask: 1/(1 - rate) where kept, 0 where dropped.
     Rng d(5);

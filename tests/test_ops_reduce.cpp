@@ -55,10 +55,17 @@ struct Case {
 };
 
 const std::vector<Case> cases{
-    {Shape{}, {}, false},          {Shape{}, {}, true},         {Shape{5}, {}, false},
-    {Shape{5}, {-1}, true},        {Shape{3, 4}, {1}, false},   {Shape{3, 4}, {0}, true},
-    {Shape{2, 3, 4}, {}, true},    {Shape{2, 3, 4}, {-1}, false}, {Shape{2, 3, 4}, {0, 2}, false},
-    {Shape{2, 3, 4}, {2, -3}, true}, {Shape{2, 3, 4}, {1}, true},
+    {Shape{}, {}, false},
+    {Shape{}, {}, true},
+    {Shape{5}, {}, false},
+    {Shape{5}, {-1}, true},
+    {Shape{3, 4}, {1}, false},
+    {Shape{3, 4}, {0}, true},
+    {Shape{2, 3, 4}, {}, true},
+    {Shape{2, 3, 4}, {-1}, false},
+    {Shape{2, 3, 4}, {0, 2}, false},
+    {Shape{2, 3, 4}, {2, -3}, true},
+    {Shape{2, 3, 4}, {1}, true},
 };
 
 std::string describe(const std::string& op, const Case& c) {
@@ -85,7 +92,8 @@ void expect_shape_error(F f, std::initializer_list<const char*> parts) {
         BOOST_ERROR("no shape_error thrown");
     } catch (const shape_error& e) {
         const std::string message = e.what();
-        for (const char* part : parts) BOOST_TEST(message.find(part) != std::string::npos, message << " lacks " << part);
+        for (const char* part : parts)
+            BOOST_TEST(message.find(part) != std::string::npos, message << " lacks " << part);
     }
 }
 
@@ -148,7 +156,8 @@ BOOST_AUTO_TEST_CASE(softmax_forward_values) {
     const float e = std::exp(1.0f);
     check_close(floats(softmax(x)), {0.5f, 0.5f, 1 / (1 + e), e / (1 + e)}, 1e-6f);
     check_close(floats(softmax(x, 0)), {1 / (1 + e), 1 / (1 + e * e), e / (1 + e), e * e / (1 + e * e)}, 1e-6f);
-    check_close(floats(log_softmax(x)), {-std::log(2.0f), -std::log(2.0f), -std::log(1 + e), 1 - std::log(1 + e)}, 1e-6f);
+    check_close(floats(log_softmax(x)), {-std::log(2.0f), -std::log(2.0f), -std::log(1 + e), 1 - std::log(1 + e)},
+                1e-6f);
 
     // Large inputs: exp(1000) overflows every format, but exp(x - max) does not.
     for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
@@ -168,17 +177,21 @@ BOOST_AUTO_TEST_CASE(softmax_forward_values) {
 }
 
 BOOST_AUTO_TEST_CASE(softmax_gradients) {
-    const std::vector<std::pair<Shape, int>> cases{
-        {Shape{5}, -1}, {Shape{5}, 0}, {Shape{3, 4}, -1}, {Shape{3, 4}, 0}, {Shape{2, 3, 4}, 1}, {Shape{2, 3, 4}, -1}, {Shape{2, 3, 4}, -3}};
+    const std::vector<std::pair<Shape, int>> cases{{Shape{5}, -1},      {Shape{5}, 0},       {Shape{3, 4}, -1},
+                                                   {Shape{3, 4}, 0},    {Shape{2, 3, 4}, 1}, {Shape{2, 3, 4}, -1},
+                                                   {Shape{2, 3, 4}, -3}};
     unsigned seed = 200;
     for (const auto& [shape, axis] : cases) {
         const std::string where = shape.to_string() + " axis " + std::to_string(axis);
         check("softmax " + where, [axis](const auto& in) { return softmax(in[0], axis); }, {random(shape, ++seed)});
-        check("log_softmax " + where, [axis](const auto& in) { return log_softmax(in[0], axis); }, {random(shape, ++seed)});
+        check("log_softmax " + where, [axis](const auto& in) { return log_softmax(in[0], axis); },
+              {random(shape, ++seed)});
     }
     // Composites: the gradient of a cross-entropy-like chain, and softmax of a large-magnitude input.
-    check("sum of log_softmax rows", [](const auto& in) { return sum(log_softmax(in[0]), {-1}); }, {random(Shape{3, 4}, 220)});
-    check("softmax of large inputs", [](const auto& in) { return softmax(in[0]); }, {random(Shape{2, 3}, 221, 50.0f, 52.0f)});
+    check("sum of log_softmax rows", [](const auto& in) { return sum(log_softmax(in[0]), {-1}); },
+          {random(Shape{3, 4}, 220)});
+    check("softmax of large inputs", [](const auto& in) { return softmax(in[0]); },
+          {random(Shape{2, 3}, 221, 50.0f, 52.0f)});
 }
 
 BOOST_AUTO_TEST_CASE(shape_errors_name_the_axes_and_shapes) {

@@ -48,7 +48,8 @@ void expect_shape_error(F f, std::initializer_list<const char*> parts) {
         BOOST_ERROR("no shape_error thrown");
     } catch (const shape_error& e) {
         const std::string message = e.what();
-        for (const char* part : parts) BOOST_TEST(message.find(part) != std::string::npos, message << " lacks " << part);
+        for (const char* part : parts)
+            BOOST_TEST(message.find(part) != std::string::npos, message << " lacks " << part);
     }
 }
 
@@ -60,7 +61,11 @@ BOOST_AUTO_TEST_CASE(reshape_values_identity_and_gradient) {
     BOOST_TEST(y.shape() == (Shape{3, 1, 2}));
     BOOST_TEST(y.id() != x.id());
     BOOST_TEST(floats(y) == floats(x), boost::test_tools::per_element());
-    check("reshape (2,3)->(3,1,2)", [](const auto& in) { return reshape(in[0], Shape{3, 1, 2}); }, {random(Shape{2, 3}, 1)});
+    check("reshape (2,3)->(3,1,2)",
+          [](const auto& in) {
+              return reshape(in[0], Shape{3, 1, 2});
+          },
+          {random(Shape{2, 3}, 1)});
     check("reshape ()->(1,1)", [](const auto& in) { return reshape(in[0], Shape{1, 1}); }, {random(Shape{}, 2)});
     check("reshape (2,2)->(4)", [](const auto& in) { return reshape(in[0], Shape{4}); }, {random(Shape{2, 2}, 3)});
     BOOST_CHECK_THROW(reshape(x, Shape{4}), shape_error);
@@ -79,9 +84,15 @@ BOOST_AUTO_TEST_CASE(transpose_values_and_gradients) {
     BOOST_TEST(transpose(Tensor::full(Shape{}, 5.0f)).flat(0) == 5.0f); // rank 0: nothing to permute
 
     check("transpose (2,3)", [](const auto& in) { return transpose(in[0]); }, {random(Shape{2, 3}, 4)});
-    check("transpose (2,3,4) 1,2,0", [](const auto& in) { return transpose(in[0], {1, 2, 0}); },
+    check("transpose (2,3,4) 1,2,0",
+          [](const auto& in) {
+              return transpose(in[0], {1, 2, 0});
+          },
           {random(Shape{2, 3, 4}, 5)});
-    check("transpose (2,3,4) 2,0,1", [](const auto& in) { return transpose(in[0], {2, 0, 1}); },
+    check("transpose (2,3,4) 2,0,1",
+          [](const auto& in) {
+              return transpose(in[0], {2, 0, 1});
+          },
           {random(Shape{2, 3, 4}, 6)});
     check("transpose (3) identity", [](const auto& in) { return transpose(in[0]); }, {random(Shape{3}, 7)});
 }
@@ -115,13 +126,25 @@ BOOST_AUTO_TEST_CASE(concat_values_and_gradients) {
     BOOST_TEST(floats(c) == (std::vector<float>{0, 9, 9, 1, 9, 9}), boost::test_tools::per_element());
     BOOST_TEST(floats(concat({a, a}, 0)) == (std::vector<float>{0, 1, 0, 1}), boost::test_tools::per_element());
 
-    check("concat axis 0", [](const auto& in) { return concat({in[0], in[1]}, 0); },
+    check("concat axis 0",
+          [](const auto& in) {
+              return concat({in[0], in[1]}, 0);
+          },
           {random(Shape{1, 3}, 11), random(Shape{2, 3}, 12)});
-    check("concat axis -1 three", [](const auto& in) { return concat({in[0], in[1], in[2]}, -1); },
+    check("concat axis -1 three",
+          [](const auto& in) {
+              return concat({in[0], in[1], in[2]}, -1);
+          },
           {random(Shape{2, 2, 1}, 13), random(Shape{2, 2, 3}, 14), random(Shape{2, 2, 2}, 15)});
-    check("concat axis 1 of rank 3", [](const auto& in) { return concat({in[0], in[1]}, 1); },
+    check("concat axis 1 of rank 3",
+          [](const auto& in) {
+              return concat({in[0], in[1]}, 1);
+          },
           {random(Shape{2, 2, 3}, 16), random(Shape{2, 1, 3}, 17)});
-    check("concat the same tensor twice", [](const auto& in) { return concat({in[0], in[0]}, 0); },
+    check("concat the same tensor twice",
+          [](const auto& in) {
+              return concat({in[0], in[0]}, 0);
+          },
           {random(Shape{3}, 18)});
 }
 
@@ -134,19 +157,28 @@ BOOST_AUTO_TEST_CASE(broadcast_to_values_and_gradients) {
                boost::test_tools::per_element());
     BOOST_TEST(broadcast_to(x, Shape{3, 1}).id() != x.id());
 
-    check("broadcast_to (3,1)->(2,3,4)", [](const auto& in) { return broadcast_to(in[0], Shape{2, 3, 4}); },
+    check("broadcast_to (3,1)->(2,3,4)",
+          [](const auto& in) {
+              return broadcast_to(in[0], Shape{2, 3, 4});
+          },
           {random(Shape{3, 1}, 19)});
-    check("broadcast_to ()->(2,2)", [](const auto& in) { return broadcast_to(in[0], Shape{2, 2}); },
+    check("broadcast_to ()->(2,2)",
+          [](const auto& in) {
+              return broadcast_to(in[0], Shape{2, 2});
+          },
           {random(Shape{}, 20)});
-    check("broadcast_to (1,3)->(1,3)", [](const auto& in) { return broadcast_to(in[0], Shape{1, 3}); },
+    check("broadcast_to (1,3)->(1,3)",
+          [](const auto& in) {
+              return broadcast_to(in[0], Shape{1, 3});
+          },
           {random(Shape{1, 3}, 21)});
 }
 
 // Data movement never rounds: every bit pattern survives, NaN payloads and negative zero included,
 // in each dtype, and so do the gradients.
 BOOST_AUTO_TEST_CASE(data_movement_is_exact_in_every_dtype) {
-    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16, Dtype::cbfloat16, Dtype::float8_e4m3,
-                        Dtype::float8_e5m2}) {
+    for (Dtype dtype :
+         {Dtype::float32, Dtype::float16, Dtype::bfloat16, Dtype::cbfloat16, Dtype::float8_e4m3, Dtype::float8_e5m2}) {
         Tensor x(Shape{2, 3, 4}, dtype);
         auto* bytes = static_cast<unsigned char*>(x.raw());
         for (std::size_t i = 0; i < x.nbytes(); ++i) bytes[i] = static_cast<unsigned char>(i * 37 + 11);
@@ -154,7 +186,8 @@ BOOST_AUTO_TEST_CASE(data_movement_is_exact_in_every_dtype) {
         BOOST_TEST(same_bytes(back, x), name_of(dtype));
         const Tensor joined = concat({slice(x, 1, 0, 1), slice(x, 1, 1, 3)}, 1);
         BOOST_TEST(same_bytes(joined, x), name_of(dtype));
-        BOOST_TEST(same_bytes(slice(broadcast_to(x, Shape{2, 2, 3, 4}), 0, 1, 2).reshape(x.shape()), x), name_of(dtype));
+        BOOST_TEST(same_bytes(slice(broadcast_to(x, Shape{2, 2, 3, 4}), 0, 1, 2).reshape(x.shape()), x),
+                   name_of(dtype));
 
         GradientTape tape;
         tape.watch(x);

@@ -17,7 +17,9 @@ namespace tt = boost::test_tools;
 
 namespace {
 
-Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) { return Tensor::from_floats(Shape{v.size()}, v, dtype); }
+Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) {
+    return Tensor::from_floats(Shape{v.size()}, v, dtype);
+}
 
 std::vector<Variable> make_variables() {
     return {Variable(vec({0.5f, -1.25f, 2.0f}), "a"), Variable(vec({0.75f, -0.3f}), "b")};
@@ -159,7 +161,8 @@ BOOST_AUTO_TEST_CASE(sgd_nesterov_global_clipnorm) {
 }
 
 BOOST_AUTO_TEST_CASE(sgd_weight_decay_exponential_decay) {
-    auto lr = std::make_shared<ExponentialDecay>(ExponentialDecay::Options{.initial = 0.1f, .decay_steps = 2, .decay_rate = 0.5f});
+    auto lr = std::make_shared<ExponentialDecay>(
+        ExponentialDecay::Options{.initial = 0.1f, .decay_steps = 2, .decay_rate = 0.5f});
     SGD opt({.learning_rate = lr, .momentum = 0.5f, .weight_decay = 0.1f});
     check_golden(opt, ::sgd_weight_decay_exponential);
 }
@@ -194,7 +197,8 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_CASE(schedule_values, *boost::unit_test::tolerance(1e-6f)) {
     const ExponentialDecay exp({.initial = 0.1f, .decay_steps = 2, .decay_rate = 0.5f});
     const ExponentialDecay stair({.initial = 0.01f, .decay_steps = 2, .decay_rate = 0.5f, .staircase = true});
-    const CosineDecay warm({.initial = 0.0f, .decay_steps = 3, .alpha = 0.1f, .warmup_steps = 2, .warmup_target = 0.02f});
+    const CosineDecay warm(
+        {.initial = 0.0f, .decay_steps = 3, .alpha = 0.1f, .warmup_steps = 2, .warmup_target = 0.02f});
     const CosineDecay plain({.initial = 0.5f, .decay_steps = 4, .alpha = 0.2f});
     const std::vector<float> exp_want{0.1f, 0.0707106781f, 0.05f, 0.0353553391f, 0.025f, 0.0176776695f, 0.0125f};
     const std::vector<float> stair_want{0.01f, 0.01f, 0.005f, 0.005f, 0.0025f, 0.0025f, 0.00125f};
@@ -331,10 +335,13 @@ BOOST_AUTO_TEST_CASE(mismatched_counts_and_sizes) {
 BOOST_AUTO_TEST_CASE(option_validation) {
     const float inf = std::numeric_limits<float>::infinity();
     BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipnorm = 1.0f, .clipvalue = 1.0f}}); }), "at most one"));
-    BOOST_TEST(contains(message_of([] { Adam({.clip = {.clipnorm = 1.0f, .global_clipnorm = 1.0f}}); }), "at most one"));
-    BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipnorm = 0.0f}}); }), "clipnorm must be finite and > 0 (got 0)"));
+    BOOST_TEST(
+        contains(message_of([] { Adam({.clip = {.clipnorm = 1.0f, .global_clipnorm = 1.0f}}); }), "at most one"));
+    BOOST_TEST(
+        contains(message_of([] { SGD({.clip = {.clipnorm = 0.0f}}); }), "clipnorm must be finite and > 0 (got 0)"));
     BOOST_TEST(contains(message_of([&] { SGD({.clip = {.global_clipnorm = inf}}); }), "global_clipnorm"));
-    BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipvalue = -1.0f}}); }), "clipvalue must be finite and > 0 (got -1)"));
+    BOOST_TEST(
+        contains(message_of([] { SGD({.clip = {.clipvalue = -1.0f}}); }), "clipvalue must be finite and > 0 (got -1)"));
     BOOST_TEST(contains(message_of([] { SGD({.clip = {.clipvalue = std::nanf("")}}); }), "clipvalue"));
     BOOST_TEST(contains(message_of([] { SGD({.nesterov = true}); }), "nesterov needs momentum > 0"));
     BOOST_TEST(contains(message_of([] { SGD({.momentum = -0.5f}); }), "momentum"));

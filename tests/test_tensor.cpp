@@ -13,18 +13,24 @@ namespace utf = boost::unit_test;
 
 namespace {
 
-const Dtype all_dtypes[] = {Dtype::float32, Dtype::float16, Dtype::bfloat16,
+const Dtype all_dtypes[] = {Dtype::float32,   Dtype::float16,     Dtype::bfloat16,
                             Dtype::cbfloat16, Dtype::float8_e4m3, Dtype::float8_e5m2};
 
 /// round(v) to dtype and back, through the scalar formats (independent of the bulk kernels).
 float round_to(Dtype dtype, float v) {
     switch (dtype) {
-    case Dtype::float32: return v;
-    case Dtype::float16: return float(float16(v));
-    case Dtype::bfloat16: return float(bfloat16(v));
-    case Dtype::cbfloat16: return float(cbfloat16(v));
-    case Dtype::float8_e4m3: return float(float8_e4m3(v));
-    case Dtype::float8_e5m2: return float(float8_e5m2(v));
+    case Dtype::float32:
+        return v;
+    case Dtype::float16:
+        return float(float16(v));
+    case Dtype::bfloat16:
+        return float(bfloat16(v));
+    case Dtype::cbfloat16:
+        return float(cbfloat16(v));
+    case Dtype::float8_e4m3:
+        return float(float8_e4m3(v));
+    case Dtype::float8_e5m2:
+        return float(float8_e5m2(v));
     }
     return NAN;
 }
@@ -182,7 +188,8 @@ BOOST_AUTO_TEST_CASE(binary_kernels_round_once) {
         check(kernels::maximum(a, b), [](float p, float q) { return std::max(p, q); });
     }
     // float16 2048 + 1 = 2049 is a tie between 2048 and 2050: rounds to even, 2048.
-    const Tensor big = Tensor::full(Shape{1}, 2048.0f, Dtype::float16), one = Tensor::full(Shape{1}, 1.0f, Dtype::float16);
+    const Tensor big = Tensor::full(Shape{1}, 2048.0f, Dtype::float16),
+                 one = Tensor::full(Shape{1}, 1.0f, Dtype::float16);
     BOOST_TEST(kernels::add(big, one).flat(0) == 2048.0f);
 }
 
@@ -211,7 +218,8 @@ BOOST_AUTO_TEST_CASE(unary_kernels_round_once) {
     for (Dtype dtype : all_dtypes) {
         const Tensor x = Tensor::from_floats(Shape{2500}, v, dtype);
         const auto check = [&](const Tensor& r, auto f) {
-            for (std::size_t i = 0; i < r.size(); ++i) BOOST_TEST_REQUIRE(same(r.flat(i), round_to(dtype, f(x.flat(i)))));
+            for (std::size_t i = 0; i < r.size(); ++i)
+                BOOST_TEST_REQUIRE(same(r.flat(i), round_to(dtype, f(x.flat(i)))));
         };
         check(kernels::neg(x), [](float p) { return -p; });
         check(kernels::abs(x), [](float p) { return std::fabs(p); });

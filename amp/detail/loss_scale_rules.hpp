@@ -24,8 +24,8 @@ struct RuleStep {
 
 struct Rule {
     ScaleRule rule;
-    std::string_view name;             ///< the preset's name: "pytorch", ...
-    LossScaleOptions preset;           ///< the library's defaults (preset.rule == rule)
+    std::string_view name;   ///< the preset's name: "pytorch", ...
+    LossScaleOptions preset; ///< the library's defaults (preset.rule == rule)
     void (*step)(RuleStep&, bool finite);
 };
 

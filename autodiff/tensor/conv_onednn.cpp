@@ -54,9 +54,7 @@ struct operand {
         return buffer;
     }
     /// The memory for the primitive to write; flush() reorders it into data.
-    dnnl::memory out(void* data) {
-        return to_user ? buffer : dnnl::memory(user, engine(), data);
-    }
+    dnnl::memory out(void* data) { return to_user ? buffer : dnnl::memory(user, engine(), data); }
     void flush(void* data) {
         if (!to_user) return;
         dnnl::memory u(user, engine(), data);
@@ -79,7 +77,7 @@ struct conv_plan {
 };
 
 struct conv_descs {
-    dnnl::memory::desc x, w, b, y;               // plain user layouts
+    dnnl::memory::desc x, w, b, y;                          // plain user layouts
     dnnl::memory::desc x_any, w_any, y_any, x16, w16, dy16; // what primitives are created with
     dims strides, dilates, pad_l, pad_r;
 };
@@ -157,8 +155,9 @@ struct key_hash {
 
 conv_plan& plan(const conv_bf16_shape& s, bool has_bias) {
     thread_local std::unordered_map<key_t, conv_plan, key_hash> plans; // creation costs far more than a run
-    const key_t key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.ho, s.wo, s.stride[0], s.stride[1], s.dilation[0],
-                    s.dilation[1], s.padding[0], s.padding[1], has_bias ? 1u : 0u};
+    const key_t key{
+        s.n,  s.c,         s.h,         s.w,           s.o,           s.kh,         s.kw,         s.ho,
+        s.wo, s.stride[0], s.stride[1], s.dilation[0], s.dilation[1], s.padding[0], s.padding[1], has_bias ? 1u : 0u};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_plan(s, has_bias)).first;
     return it->second;
@@ -168,9 +167,8 @@ conv_plan& plan(const conv_bf16_shape& s, bool has_bias) {
 
 void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const void* w, const float* bias, float* y) {
     conv_plan& p = plan(s, bias != nullptr);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, p.fx->in(x)},
-                                               {DNNL_ARG_WEIGHTS, p.fw->in(w)},
-                                               {DNNL_ARG_DST, p.fy->out(y)}};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, p.fx->in(x)}, {DNNL_ARG_WEIGHTS, p.fw->in(w)}, {DNNL_ARG_DST, p.fy->out(y)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, engine(), const_cast<float*>(bias)));
     p.fwd.execute(stream(), args);
     p.fy->flush(y);
@@ -181,13 +179,12 @@ void onednn_conv_bf16_backward(const conv_bf16_shape& s, const void* x, const vo
                                float* dw, float* db) {
     conv_plan& p = plan(s, db != nullptr);
     if (!p.backward_ready) make_backward(p, s);
-    p.bwd_data.execute(stream(), {{DNNL_ARG_DIFF_DST, p.ddy->in(dy)},
-                                  {DNNL_ARG_WEIGHTS, p.dw_w->in(w)},
-                                  {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
+    p.bwd_data.execute(
+        stream(),
+        {{DNNL_ARG_DIFF_DST, p.ddy->in(dy)}, {DNNL_ARG_WEIGHTS, p.dw_w->in(w)}, {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
     p.ddx->flush(dx);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, p.wx->in(x)},
-                                               {DNNL_ARG_DIFF_DST, p.wdy->in(dy)},
-                                               {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, p.wx->in(x)}, {DNNL_ARG_DIFF_DST, p.wdy->in(dy)}, {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
     if (db) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(p.bias_md, engine(), db));
     p.bwd_weights.execute(stream(), args);
     p.wdw->flush(dw);

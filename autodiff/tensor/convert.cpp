@@ -20,10 +20,14 @@ namespace {
 const detail::convert_kernels& kernels_for(Isa level) {
 #if defined(MIXPREC_X86_KERNELS)
     switch (level) {
-    case Isa::avx512_bf16: return detail::avx512_bf16_kernels();
-    case Isa::avx512: return detail::avx512_kernels();
-    case Isa::avx2: return detail::avx2_kernels();
-    case Isa::portable: break;
+    case Isa::avx512_bf16:
+        return detail::avx512_bf16_kernels();
+    case Isa::avx512:
+        return detail::avx512_kernels();
+    case Isa::avx2:
+        return detail::avx2_kernels();
+    case Isa::portable:
+        break;
     }
 #endif
     (void)level;

@@ -8,8 +8,8 @@
 namespace mixprec::autodiff {
 namespace {
 
-constexpr std::array<std::string_view, dtype_count> names{
-    "float32", "float16", "bfloat16", "cbfloat16", "float8_e4m3", "float8_e5m2"};
+constexpr std::array<std::string_view, dtype_count> names{"float32",   "float16",     "bfloat16",
+                                                          "cbfloat16", "float8_e4m3", "float8_e5m2"};
 constexpr std::array<std::size_t, dtype_count> sizes{4, 2, 2, 2, 1, 1};
 
 } // namespace

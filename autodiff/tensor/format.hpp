@@ -104,15 +104,16 @@ template <class S>
     const std::uint32_t m = mag & S::man_mask;
 
     const bool special = S::has_inf ? (mag & S::exp_mask) == S::exp_mask : mag == (S::exp_mask | S::man_mask);
-    const std::uint32_t special_bits = S::has_inf ? 0x7f800000u | (m << shift) | (m != 0 ? 0x400000u : 0u)
-                                                  : 0x7fc00000u;
+    const std::uint32_t special_bits =
+        S::has_inf ? 0x7f800000u | (m << shift) | (m != 0 ? 0x400000u : 0u) : 0x7fc00000u;
     const std::uint32_t normal_bits = (mag << shift) + (std::uint32_t(127 - S::bias) << 23);
     std::uint32_t subnormal_bits = mag << shift; // exact for bias 127: float32 subnormals
     if constexpr (S::bias != 127) {
         // m * 2^(1 - bias - man_bits), a normal float32: convert m exactly, then lower its exponent field
         // with an integer add. No float arithmetic, so no rounding mode, flush-to-zero or trap applies.
         constexpr std::uint32_t lower = std::uint32_t(S::bias + S::man_bits - 1) << 23;
-        subnormal_bits = m == 0 ? 0u : std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(m))) - lower;
+        subnormal_bits =
+            m == 0 ? 0u : std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(m))) - lower;
     }
     std::uint32_t out = (mag & S::exp_mask) == 0 ? subnormal_bits : normal_bits; // plain selects: vectorizes
     out = special ? special_bits : out;
@@ -161,12 +162,18 @@ inline constexpr Dtype dtype_of = [] {
     static_assert(!sizeof(T*), "not a mixprec element type");
     return Dtype::float32;
 }();
-template <> inline constexpr Dtype dtype_of<float> = Dtype::float32;
-template <> inline constexpr Dtype dtype_of<float16> = Dtype::float16;
-template <> inline constexpr Dtype dtype_of<bfloat16> = Dtype::bfloat16;
-template <> inline constexpr Dtype dtype_of<cbfloat16> = Dtype::cbfloat16;
-template <> inline constexpr Dtype dtype_of<float8_e4m3> = Dtype::float8_e4m3;
-template <> inline constexpr Dtype dtype_of<float8_e5m2> = Dtype::float8_e5m2;
+template <>
+inline constexpr Dtype dtype_of<float> = Dtype::float32;
+template <>
+inline constexpr Dtype dtype_of<float16> = Dtype::float16;
+template <>
+inline constexpr Dtype dtype_of<bfloat16> = Dtype::bfloat16;
+template <>
+inline constexpr Dtype dtype_of<cbfloat16> = Dtype::cbfloat16;
+template <>
+inline constexpr Dtype dtype_of<float8_e4m3> = Dtype::float8_e4m3;
+template <>
+inline constexpr Dtype dtype_of<float8_e5m2> = Dtype::float8_e5m2;
 
 } // namespace mixprec::autodiff
 

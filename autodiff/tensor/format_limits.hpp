@@ -30,8 +30,8 @@ class std::numeric_limits<mixprec::autodiff::basic_float<S>> {
     static constexpr bool is_bounded = true;
     static constexpr bool is_modulo = false;
     static constexpr int digits = S::man_bits + 1;
-    static constexpr int digits10 = (digits - 1) * 30103 / 100000;          // floor((p-1) log10 2)
-    static constexpr int max_digits10 = 2 + digits * 30103 / 100000;       // ceil(1 + p log10 2)
+    static constexpr int digits10 = (digits - 1) * 30103 / 100000;   // floor((p-1) log10 2)
+    static constexpr int max_digits10 = 2 + digits * 30103 / 100000; // ceil(1 + p log10 2)
     static constexpr int radix = 2;
     static constexpr int min_exponent = 2 - S::bias;
     static constexpr int min_exponent10 = (min_exponent - 1) * 30103 / 100000;

@@ -24,12 +24,15 @@ bool cpu_has(Isa level) {
         return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
     };
     switch (level) {
-    case Isa::portable: return true;
-    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c();
+    case Isa::portable:
+        return true;
+    case Isa::avx2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c();
     case Isa::avx512:
         return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    case Isa::avx512_bf16: return cpu_has(Isa::avx512) && __builtin_cpu_supports("avx512bf16");
+    case Isa::avx512_bf16:
+        return cpu_has(Isa::avx512) && __builtin_cpu_supports("avx512bf16");
     }
     return false;
 #else
@@ -80,10 +83,14 @@ std::optional<Isa> requested_isa() {
 
 std::string_view name_of(Isa level) {
     switch (level) {
-    case Isa::portable: return "portable";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::avx512_bf16: return "avx512_bf16";
+    case Isa::portable:
+        return "portable";
+    case Isa::avx2:
+        return "avx2";
+    case Isa::avx512:
+        return "avx512";
+    case Isa::avx512_bf16:
+        return "avx512_bf16";
     }
     return "?";
 }

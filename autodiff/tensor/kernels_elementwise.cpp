@@ -24,7 +24,8 @@ float nan_min(float u, float v) { return std::isnan(u) || std::isnan(v) ? u + v 
 /// instruction-set level; every width gives the same bits (no FMA contraction in this file:
 /// autodiff/sources.cmake).
 Tensor map_tanh(const Tensor& x) {
-    return autodiff::detail::vectorized([&] { return detail::map(x, [](float v) { return autodiff::detail::tanh(v); }); });
+    return autodiff::detail::vectorized(
+        [&] { return detail::map(x, [](float v) { return autodiff::detail::tanh(v); }); });
 }
 Tensor map_sigmoid(const Tensor& x) {
     return autodiff::detail::vectorized(
@@ -68,13 +69,27 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
 Tensor scale(const Tensor& x, float factor) {
     return detail::map(x, [factor](float v) { return v * factor; });
 }
-Tensor neg(const Tensor& x) { return detail::map(x, [](float v) { return -v; }); }
-Tensor abs(const Tensor& x) { return detail::map(x, [](float v) { return std::fabs(v); }); }
-Tensor exp(const Tensor& x) { return detail::map(x, [](float v) { return std::exp(v); }); }
-Tensor log(const Tensor& x) { return detail::map(x, [](float v) { return std::log(v); }); }
-Tensor sqrt(const Tensor& x) { return detail::map(x, [](float v) { return std::sqrt(v); }); }
-Tensor square(const Tensor& x) { return detail::map(x, [](float v) { return v * v; }); }
-Tensor relu(const Tensor& x) { return detail::map(x, [](float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; }); }
+Tensor neg(const Tensor& x) {
+    return detail::map(x, [](float v) { return -v; });
+}
+Tensor abs(const Tensor& x) {
+    return detail::map(x, [](float v) { return std::fabs(v); });
+}
+Tensor exp(const Tensor& x) {
+    return detail::map(x, [](float v) { return std::exp(v); });
+}
+Tensor log(const Tensor& x) {
+    return detail::map(x, [](float v) { return std::log(v); });
+}
+Tensor sqrt(const Tensor& x) {
+    return detail::map(x, [](float v) { return std::sqrt(v); });
+}
+Tensor square(const Tensor& x) {
+    return detail::map(x, [](float v) { return v * v; });
+}
+Tensor relu(const Tensor& x) {
+    return detail::map(x, [](float v) { return v > 0.0f || std::isnan(v) ? v : 0.0f; });
+}
 Tensor tanh(const Tensor& x) { return map_tanh(x); }
 Tensor sigmoid(const Tensor& x) { return map_sigmoid(x); }
 

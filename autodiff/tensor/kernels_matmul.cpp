@@ -25,8 +25,8 @@ void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
     }
     for (std::size_t i = 0; i < s.batch; ++i)
         cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
-                    static_cast<blasint>(s.k), 1.0f, a + i * s.m * s.k, lda, b + (s.batched_b ? i * s.k * s.n : 0),
-                    ldb, 0.0f, c + i * s.m * s.n, static_cast<blasint>(s.n));
+                    static_cast<blasint>(s.k), 1.0f, a + i * s.m * s.k, lda, b + (s.batched_b ? i * s.k * s.n : 0), ldb,
+                    0.0f, c + i * s.m * s.n, static_cast<blasint>(s.n));
 }
 
 } // namespace detail
@@ -129,7 +129,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     if (db.batched && (!da.batched || da.batch != db.batch))
         throw shape_error("matmul: batch dimensions differ in " + shapes_of(a, b, options));
 
-    const detail::gemm_shape s{da.batch, da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
+    const detail::gemm_shape s{da.batch,  da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
                                db.batched};
     if (bias != nullptr) {
         check_same_dtype(a, *bias, "matmul bias");
@@ -142,7 +142,8 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
 
     const bool bf16 = a.dtype() == Dtype::bfloat16;
     if (options.backend == MatmulBackend::onednn && !(bf16 && detail::onednn_bf16_available()))
-        throw std::invalid_argument("matmul: the onednn backend needs bfloat16 operands and the avx512_bf16 instruction-set level or above");
+        throw std::invalid_argument(
+            "matmul: the onednn backend needs bfloat16 operands and the avx512_bf16 instruction-set level or above");
     const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
                                      (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
 
@@ -170,7 +171,8 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
 }
 
 void set_blas_threads(int threads) {
-    if (threads < 1) throw std::invalid_argument("set_blas_threads: threads must be at least 1, got " + std::to_string(threads));
+    if (threads < 1)
+        throw std::invalid_argument("set_blas_threads: threads must be at least 1, got " + std::to_string(threads));
     openblas_set_num_threads(threads);
     detail::onednn_set_threads(threads);
 }

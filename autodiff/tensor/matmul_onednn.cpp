@@ -27,9 +27,11 @@ matmul_plan make_plan(const gemm_shape& s, bool bf16_out, bool with_bias) {
                N = static_cast<dnnl::memory::dim>(s.n), K = static_cast<dnnl::memory::dim>(s.k);
     // Logical shapes are (batch, m, k) @ (batch, k, n); strides describe how the operands are stored.
     const dnnl::memory::desc a({B, M, K}, dt::bf16, s.transpose_a ? dims{M * K, 1, M} : dims{M * K, K, 1});
-    const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, dt::bf16, s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
+    const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, dt::bf16,
+                               s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
     const dnnl::memory::desc c({B, M, N}, bf16_out ? dt::bf16 : dt::f32, dims{M * N, N, 1});
-    const dnnl::memory::desc bias = with_bias ? dnnl::memory::desc({1, 1, N}, dt::bf16, dims{N, N, 1}) : dnnl::memory::desc();
+    const dnnl::memory::desc bias =
+        with_bias ? dnnl::memory::desc({1, 1, N}, dt::bf16, dims{N, N, 1}) : dnnl::memory::desc();
     const dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
                                           engine());
     return {a, b, c, bias, dnnl::matmul(pd)};
@@ -40,10 +42,14 @@ matmul_plan make_plan(const gemm_shape& s, bool bf16_out, bool with_bias) {
 /// oneDNN's own cap for a level MIXPREC_ISA named (oneDNN has no level below sse41).
 dnnl::cpu_isa onednn_isa(Isa level) {
     switch (level) {
-    case Isa::portable: return dnnl::cpu_isa::sse41;
-    case Isa::avx2: return dnnl::cpu_isa::avx2;
-    case Isa::avx512: return dnnl::cpu_isa::avx512_core;
-    case Isa::avx512_bf16: return dnnl::cpu_isa::avx512_core_bf16;
+    case Isa::portable:
+        return dnnl::cpu_isa::sse41;
+    case Isa::avx2:
+        return dnnl::cpu_isa::avx2;
+    case Isa::avx512:
+        return dnnl::cpu_isa::avx512_core;
+    case Isa::avx512_bf16:
+        return dnnl::cpu_isa::avx512_core_bf16;
     }
     return dnnl::cpu_isa::all;
 }

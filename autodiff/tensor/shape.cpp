@@ -7,7 +7,8 @@
 
 namespace mixprec::autodiff {
 
-Shape::Shape(std::initializer_list<std::size_t> dims) : Shape(std::span<const std::size_t>(dims.begin(), dims.size())) {}
+Shape::Shape(std::initializer_list<std::size_t> dims)
+    : Shape(std::span<const std::size_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const std::size_t> dims) {
     if (dims.size() > max_rank)

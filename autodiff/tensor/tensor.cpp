@@ -56,9 +56,15 @@ void fill_rounded(void* data, std::size_t n, float value, Dtype dtype) {
 Tensor Tensor::full(const Shape& shape, float value, Dtype dtype) {
     Tensor t = uninitialized(shape, dtype);
     switch (size_of(dtype)) {
-    case 4: fill_rounded<std::uint32_t>(t.raw(), t.size(), value, dtype); break;
-    case 2: fill_rounded<std::uint16_t>(t.raw(), t.size(), value, dtype); break;
-    default: fill_rounded<std::uint8_t>(t.raw(), t.size(), value, dtype); break;
+    case 4:
+        fill_rounded<std::uint32_t>(t.raw(), t.size(), value, dtype);
+        break;
+    case 2:
+        fill_rounded<std::uint16_t>(t.raw(), t.size(), value, dtype);
+        break;
+    default:
+        fill_rounded<std::uint8_t>(t.raw(), t.size(), value, dtype);
+        break;
     }
     return t;
 }
@@ -106,8 +112,8 @@ std::size_t Tensor::offset_of(std::initializer_list<std::size_t> index) const {
     std::size_t offset = 0, axis = 0;
     for (std::size_t i : index) {
         if (i >= shape_[axis])
-            throw std::out_of_range("index " + std::to_string(i) + " is out of range for axis " +
-                                    std::to_string(axis) + " of shape " + shape_.to_string());
+            throw std::out_of_range("index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) +
+                                    " of shape " + shape_.to_string());
         offset = offset * shape_[axis++] + i;
     }
     return offset;

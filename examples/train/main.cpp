@@ -56,7 +56,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o) {
     if (o.clip_norm) clip.global_clipnorm = *o.clip_norm;
     const float lr = *o.learning_rate;
     std::unique_ptr<optim::Optimizer> inner;
-    if (o.optimizer == "sgd") inner = std::make_unique<optim::SGD>(optim::SGD::Options{lr, o.momentum, false, 0, clip});
+    if (o.optimizer == "sgd")
+        inner = std::make_unique<optim::SGD>(optim::SGD::Options{lr, o.momentum, false, 0, clip});
     else if (o.optimizer == "adamw") {
         optim::AdamW::Options options;
         options.learning_rate = lr;
@@ -89,8 +90,8 @@ void print_summary(const models::RunSummary& s, bool completed) {
                 completed ? "Finished" : "Stopped", static_cast<long long>(s.steps),
                 s.test_accuracy ? (std::to_string(*s.test_accuracy * 100).substr(0, 5) + "%").c_str() : "not measured",
                 static_cast<long long>(s.skipped_steps), double(s.loss_scale));
-    std::printf("%.0f samples/s (training), peak RSS %.0f MiB, weights digest %s (%s kernels)\n",
-                s.samples_per_second, s.peak_rss_mib, s.weights_digest.c_str(), s.isa.c_str());
+    std::printf("%.0f samples/s (training), peak RSS %.0f MiB, weights digest %s (%s kernels)\n", s.samples_per_second,
+                s.peak_rss_mib, s.weights_digest.c_str(), s.isa.c_str());
 }
 
 int run(const train::Options& o) {
@@ -123,7 +124,10 @@ int run(const train::Options& o) {
     std::optional<models::ModelCheckpoint> checkpoint;
     // The logger also measures the run's summary, so there is one even without --log (it then writes nothing).
     models::JsonLinesLogger logger(o.log, !o.resume.empty());
-    models::FitOptions fit{.epochs = o.epochs, .batch_size = o.batch_size, .seed = o.seed, .max_steps = o.max_steps,
+    models::FitOptions fit{.epochs = o.epochs,
+                           .batch_size = o.batch_size,
+                           .seed = o.seed,
+                           .max_steps = o.max_steps,
                            .validation = &test_data};
     if (!o.quiet) fit.callbacks.push_back(&progress);
     fit.callbacks.push_back(&terminate);

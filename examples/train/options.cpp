@@ -57,7 +57,7 @@ void check(const Options& o, bool dynamic_flags_given) {
             throw conflict("--loss-scale", "'" + o.loss_scale + "' is not dynamic, none, auto or a positive number");
         if (dynamic_flags_given)
             throw conflict("--loss-scale", "a fixed scale does not move: drop --growth-interval, --hysteresis, "
-                                            "--initial-scale, --min-scale and --max-scale");
+                                           "--initial-scale, --min-scale and --max-scale");
     }
     if (o.loss_scale == "none" && dynamic_flags_given)
         throw conflict("--loss-scale", "none turns loss scaling off: the dynamic-scale flags do not apply");
@@ -67,11 +67,9 @@ void check(const Options& o, bool dynamic_flags_given) {
         throw conflict("--resume", "no checkpoint at " + o.resume.string());
     if (!o.plot.empty()) {
         const auto ext = o.plot.extension();
-        if (ext != ".png" && ext != ".svg")
-            throw conflict("--plot", o.plot.string() + " should end in .png or .svg");
+        if (ext != ".png" && ext != ".svg") throw conflict("--plot", o.plot.string() + " should end in .png or .svg");
     }
-    if (o.optimizer != "sgd" && o.momentum != 0.9f)
-        throw conflict("--momentum", "applies to --optimizer sgd only");
+    if (o.optimizer != "sgd" && o.momentum != 0.9f) throw conflict("--momentum", "applies to --optimizer sgd only");
 }
 
 } // namespace
@@ -111,21 +109,25 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--precision", o.precision, "Dtype policy")
         ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16"}))
         ->capture_default_str();
-    app.add_option("--optimizer", o.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+    app.add_option("--optimizer", o.optimizer, "Optimizer")
+        ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
         ->capture_default_str();
     app.add_option("--learning-rate", o.learning_rate, "Learning rate (default 1e-3 for adam/adamw, 1e-2 for sgd)")
         ->check(CLI::PositiveNumber);
     app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0f, 0.999f))->capture_default_str();
-    app.add_option("--epochs", o.epochs, "Epochs to train")->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}))
+    app.add_option("--epochs", o.epochs, "Epochs to train")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}))
         ->capture_default_str();
     app.add_option("--batch-size", o.batch_size, "Examples per step")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{60000}))->capture_default_str();
+        ->check(CLI::Range(std::size_t{1}, std::size_t{60000}))
+        ->capture_default_str();
     app.add_option("--seed", o.seed, "Seed of the initial weights, the shuffling and dropout")->capture_default_str();
     app.add_option("--loss-scale", o.loss_scale,
                    "dynamic, none, a fixed value, or auto (dynamic for float16 and cbfloat16, none otherwise)")
         ->capture_default_str();
     app.add_option("--loss-scale-preset", o.loss_scale_preset, "Rule and defaults of the dynamic scale")
-        ->check(CLI::IsMember(preset_names))->capture_default_str();
+        ->check(CLI::IsMember(preset_names))
+        ->capture_default_str();
     app.add_option("--initial-scale", o.initial_scale, "Initial dynamic loss scale")->check(CLI::PositiveNumber);
     app.add_option("--growth-interval", o.growth_interval, "Finite steps between growths")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));

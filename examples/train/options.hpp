@@ -16,12 +16,12 @@ struct Options {
     std::string model = "mlp";
     std::string precision = "mixed_float16";
     std::string optimizer = "adam";
-    std::optional<float> learning_rate;   ///< default: 1e-3 for adam/adamw, 1e-2 for sgd
-    float momentum = 0.9f;                ///< sgd
+    std::optional<float> learning_rate; ///< default: 1e-3 for adam/adamw, 1e-2 for sgd
+    float momentum = 0.9f;              ///< sgd
     std::int64_t epochs = 5;
     std::size_t batch_size = 128;
     std::uint64_t seed = 1;
-    std::string loss_scale = "auto";      ///< auto | dynamic | none | a fixed value
+    std::string loss_scale = "auto"; ///< auto | dynamic | none | a fixed value
     std::string loss_scale_preset = "mixprec";
     std::optional<float> initial_scale;
     std::optional<std::int64_t> growth_interval;
@@ -36,7 +36,7 @@ struct Options {
     std::filesystem::path log;
     std::filesystem::path plot;
     std::int64_t max_steps = 0;
-    int threads = 0;                      ///< 0: every core
+    int threads = 0; ///< 0: every core
     std::vector<std::int64_t> inject_nonfinite;
     bool quiet = false;
 

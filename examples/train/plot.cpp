@@ -65,8 +65,10 @@ std::string gnuplot_string(const std::string& text) {
 
 /// A number for the data file: "NaN" (which gnuplot leaves out) for non-finite values.
 void write_number(std::ostream& os, double v) {
-    if (std::isfinite(v)) os << v;
-    else os << "NaN";
+    if (std::isfinite(v))
+        os << v;
+    else
+        os << "NaN";
 }
 
 /// Two data blocks, which the script selects with `index`: 0 has one line per step
@@ -135,18 +137,17 @@ std::string script(const fs::path& out, bool svg, const fs::path& data, std::spa
       << "set xrange [" << first << ":" << last << "]\n"
       << "set grid xtics ytics lt 1 lc rgb '#c8c8c8' lw 0.5\n"
       << "set key top right opaque\n"
-      << (last - first < 10 ? "set xtics 1\n" : "")
-      << "set lmargin 12\nset rmargin 4\n"
+      << (last - first < 10 ? "set xtics 1\n" : "") << "set lmargin 12\nset rmargin 4\n"
       << "set multiplot layout 4,1 title " << gnuplot_string(title) << " noenhanced"
       << " margins 0.10,0.97,0.06,0.94 spacing 0,0.025\n"
       << "set format x ''\n"
       // 1. training loss
       << "set ylabel 'training loss'\n"
-      << "plot " << d << " index 0 using 1:2 with " << lines << " lw 1 lc rgb '#1f77b4' title 'batch loss'\n"
+      << "plot " << d << " index 0 using 1:2 with " << lines
+      << " lw 1 lc rgb '#1f77b4' title 'batch loss'\n"
       // 2. test accuracy
       << "set ylabel 'test accuracy (%)'\n";
-    if (epochs.empty())
-        s << "set label 1 'no test evaluation' at graph 0.5,0.5 center\nset yrange [0:100]\n";
+    if (epochs.empty()) s << "set label 1 'no test evaluation' at graph 0.5,0.5 center\nset yrange [0:100]\n";
     s << "set key bottom right\n"
       << "plot " << d << " index 1 using 1:2 with linespoints pt 7 ps 0.8 lw 2 lc rgb '#2ca02c' title 'end of epoch'\n"
       << "unset label 1\nset key top right\n"
@@ -164,8 +165,7 @@ std::string script(const fs::path& out, bool svg, const fs::path& data, std::spa
       << "set ytics " << skip_tic << "\n"
       << "set format x '%g'\nset xlabel 'step'\n"
       << "plot " << d << " index 0 using 1:5 with steps lw 2 lc rgb '#d62728' title 'skipped so far (" << skips
-      << ")', \\\n     " << d
-      << " index 0 using 1:($4 > 0 ? $5 : NaN) with points pt 2 ps 1 lc rgb '#d62728' notitle\n"
+      << ")', \\\n     " << d << " index 0 using 1:($4 > 0 ? $5 : NaN) with points pt 2 ps 1 lc rgb '#d62728' notitle\n"
       << "unset multiplot\n"
       << "set output\n";
     return s.str();

@@ -11,16 +11,16 @@ namespace mixprec::train {
 
 /// One training step as the plot shows it.
 struct StepPoint {
-    std::int64_t step;  ///< steps done so far, this one included (skipped ones count)
-    double loss;        ///< the batch loss; non-finite values leave a gap
-    double loss_scale;  ///< the scale after the step; 1 when there is no loss scaling
-    bool skipped;       ///< the loss scaler skipped the update (non-finite gradients)
+    std::int64_t step; ///< steps done so far, this one included (skipped ones count)
+    double loss;       ///< the batch loss; non-finite values leave a gap
+    double loss_scale; ///< the scale after the step; 1 when there is no loss scaling
+    bool skipped;      ///< the loss scaler skipped the update (non-finite gradients)
 };
 
 /// One evaluation on the test split, at the end of an epoch.
 struct EpochPoint {
-    std::int64_t step;     ///< the last step of the epoch
-    double test_accuracy;  ///< a fraction in [0, 1]; drawn as a percentage
+    std::int64_t step;    ///< the last step of the epoch
+    double test_accuracy; ///< a fraction in [0, 1]; drawn as a percentage
 };
 
 /// Draws `steps` and `epochs` into `out` with gnuplot, under `title`. The format follows the extension:

@@ -146,8 +146,8 @@ class GzipReader {
         if (offset == 0)
             throw dataset_error(cat(quoted(path_), " is not a gzip file: it starts with bytes ", bytes,
                                     ", not 1f 8b; expected a gzip-compressed IDX file"));
-        throw dataset_error(cat(quoted(path_), " has trailing data after its gzip stream: bytes ", bytes,
-                                " at offset ", offset));
+        throw dataset_error(
+            cat(quoted(path_), " has trailing data after its gzip stream: bytes ", bytes, " at offset ", offset));
     }
 
     fs::path path_;
@@ -243,8 +243,8 @@ std::vector<std::uint8_t> read_labels(const fs::path& path) {
     std::vector<std::uint8_t> labels = read_payload(reader, count, 1, "labels", sizeof header);
     const auto bad = std::find_if(labels.begin(), labels.end(), [](std::uint8_t l) { return l >= 10; });
     if (bad != labels.end())
-        throw dataset_error(cat(quoted(path), ": label ", unsigned{*bad}, " at index ", bad - labels.begin(),
-                                " is outside 0..9"));
+        throw dataset_error(
+            cat(quoted(path), ": label ", unsigned{*bad}, " at index ", bad - labels.begin(), " is outside 0..9"));
     return labels;
 }
 
@@ -291,8 +291,8 @@ FashionMnist::FashionMnist(std::vector<std::uint8_t> pixels, std::vector<std::ui
                                         " images of 28×28 (", labels_.size() * pixels_per_image, " bytes)"));
     const auto bad = std::find_if(labels_.begin(), labels_.end(), [](std::uint8_t l) { return l >= num_classes; });
     if (bad != labels_.end())
-        throw std::invalid_argument(cat("FashionMnist: label ", unsigned{*bad}, " at index ", bad - labels_.begin(),
-                                        " is outside 0..9"));
+        throw std::invalid_argument(
+            cat("FashionMnist: label ", unsigned{*bad}, " at index ", bad - labels_.begin(), " is outside 0..9"));
 }
 
 FashionMnist::FashionMnist(std::vector<std::uint8_t> pixels, std::vector<std::uint8_t> labels, trusted)

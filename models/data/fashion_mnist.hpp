@@ -47,8 +47,7 @@ class FashionMnist final : public Dataset {
     /// or the t10k-* pair for Split::test. dataset_error when the directory or a file is missing (the
     /// message says how to install the package or pass another directory), or when a file is malformed
     /// (see load_files).
-    static FashionMnist load(const std::filesystem::path& dir = default_fashion_mnist_dir,
-                             Split split = Split::train);
+    static FashionMnist load(const std::filesystem::path& dir = default_fashion_mnist_dir, Split split = Split::train);
 
     /// Reads an images file and a labels file, each a gzip-compressed IDX file (several concatenated gzip
     /// members are accepted; anything else after the last one is not). dataset_error naming the file when
@@ -57,8 +56,7 @@ class FashionMnist final : public Dataset {
     /// more or fewer bytes than its header promises, or holds a label outside 0..9; and when the two files
     /// hold different numbers of examples. Memory is allocated only as the decompressed data arrives, up
     /// to what the header promises, so a lying header cannot make it allocate without bound.
-    static FashionMnist load_files(const std::filesystem::path& images_file,
-                                   const std::filesystem::path& labels_file);
+    static FashionMnist load_files(const std::filesystem::path& images_file, const std::filesystem::path& labels_file);
 
     /// The ten class names, indexed by label: "T-shirt/top", "Trouser", ..., "Ankle boot".
     static std::span<const std::string_view, num_classes> class_names();

@@ -184,8 +184,9 @@ std::uint32_t check_frame(std::span<const std::uint8_t> bytes) {
     const auto version = get_le<std::uint32_t>(bytes, 8);
     if (version == 0) fail("invalid format version 0");
     if (version > checkpoint_format_version)
-        fail("format version " + std::to_string(version) + " is newer than this mixprec (" MIXPREC_VERSION_STRING
-             ") reads (up to " + std::to_string(checkpoint_format_version) + "); use a newer mixprec");
+        fail("format version " + std::to_string(version) +
+             " is newer than this mixprec (" MIXPREC_VERSION_STRING ") reads (up to " +
+             std::to_string(checkpoint_format_version) + "); use a newer mixprec");
     const auto body = get_le<std::uint64_t>(bytes, 12);
     const std::size_t actual = bytes.size() - prefix_bytes - crc_bytes;
     if (body != actual)

@@ -68,13 +68,13 @@ struct VariableInfo {
 /// The readable header of a checkpoint.
 struct CheckpointInfo {
     std::uint32_t format_version = checkpoint_format_version;
-    std::string mixprec_version;      ///< of the program that wrote it, "0.1.0"
-    std::string policy;               ///< "float32", "mixed_float16", ...
-    std::string optimizer_kind;       ///< Optimizer::kind(): "sgd", "adam", "loss_scale(adam)", ...
-    std::int64_t iterations = 0;      ///< applied optimizer steps (the schedule's position)
+    std::string mixprec_version; ///< of the program that wrote it, "0.1.0"
+    std::string policy;          ///< "float32", "mixed_float16", ...
+    std::string optimizer_kind;  ///< Optimizer::kind(): "sgd", "adam", "loss_scale(adam)", ...
+    std::int64_t iterations = 0; ///< applied optimizer steps (the schedule's position)
     bool has_training_state = false;
-    std::int64_t epoch = 0;           ///< TrainingState::epoch (0 without a training state)
-    std::int64_t step = 0;            ///< TrainingState::step (0 without a training state)
+    std::int64_t epoch = 0; ///< TrainingState::epoch (0 without a training state)
+    std::int64_t step = 0;  ///< TrainingState::step (0 without a training state)
     std::vector<VariableInfo> variables;
 
     /// A few lines for people: "mixprec checkpoint, format 1, written by mixprec 0.1.0\n  policy ...".
@@ -84,8 +84,8 @@ struct CheckpointInfo {
 
 /// One slot of one variable, as Optimizer::slots() gives it.
 struct SlotSnapshot {
-    std::string name;            ///< "momentum", "m", "v", "v_max"
-    std::uint64_t variable = 0;  ///< position among the optimizer's variables
+    std::string name;           ///< "momentum", "m", "v", "v_max"
+    std::uint64_t variable = 0; ///< position among the optimizer's variables
     std::vector<float> values;
     friend bool operator==(const SlotSnapshot&, const SlotSnapshot&) = default;
 };
@@ -101,10 +101,10 @@ struct LossScaleSnapshot {
 
 /// The whole state of an optimizer (amp::LossScaleOptimizer included), detached from it.
 struct OptimizerSnapshot {
-    std::string kind;                ///< Optimizer::kind()
+    std::string kind; ///< Optimizer::kind()
     std::int64_t iterations = 0;
-    bool built = false;              ///< false: no step was taken and no slot exists yet
-    std::vector<SlotSnapshot> slots; ///< every slot of every variable, in Optimizer::slots() order
+    bool built = false;                          ///< false: no step was taken and no slot exists yet
+    std::vector<SlotSnapshot> slots;             ///< every slot of every variable, in Optimizer::slots() order
     std::optional<LossScaleSnapshot> loss_scale; ///< set exactly for an amp::LossScaleOptimizer
 };
 
@@ -138,8 +138,8 @@ struct SaveOptions {
 /// do not fit the trainable variables; checkpoint_error naming the path and the system's reason when the
 /// file cannot be written (the previous file is then left as it was, and no temporary file remains).
 void save_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
-                     std::string_view policy, const optim::Optimizer& optimizer,
-                     const TrainingState* state = nullptr, SaveOptions options = {});
+                     std::string_view policy, const optim::Optimizer& optimizer, const TrainingState* state = nullptr,
+                     SaveOptions options = {});
 
 /// Restores `variables`, `optimizer` and, if given, `state` from the checkpoint at `path`. The checkpoint
 /// must have been written for the same variables (names, shapes and trainable flags, in order), under the

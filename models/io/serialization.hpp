@@ -251,9 +251,9 @@ void serialize(Archive& ar, mixprec::amp::LossScaleState& s) {
 template <class Archive>
 void serialize(Archive& ar, mixprec::models::TrainingState& s) {
     ar(make_nvp("epoch", s.epoch), make_nvp("step", s.step), make_nvp("batch_in_epoch", s.batch_in_epoch),
-       make_nvp("shuffle_rng", s.shuffle_rng), make_nvp("dropout_rng", s.dropout_rng),
-       make_nvp("init_rng", s.init_rng), make_nvp("epoch_loss_sum", s.epoch_loss_sum),
-       make_nvp("epoch_examples", s.epoch_examples), make_nvp("epoch_correct", s.epoch_correct));
+       make_nvp("shuffle_rng", s.shuffle_rng), make_nvp("dropout_rng", s.dropout_rng), make_nvp("init_rng", s.init_rng),
+       make_nvp("epoch_loss_sum", s.epoch_loss_sum), make_nvp("epoch_examples", s.epoch_examples),
+       make_nvp("epoch_correct", s.epoch_correct));
 }
 
 template <class Archive>

@@ -15,10 +15,10 @@ struct TrainingState {
     /// The shuffling generator as it was at the start of the current epoch: the epoch's order is drawn
     /// from it again on resume, and leaves it where the uninterrupted run left it.
     autodiff::Rng shuffle_rng{0};
-    autodiff::Rng dropout_rng{0};    ///< as it is now
-    autodiff::Rng init_rng{0};       ///< the initializers' generator, after building
+    autodiff::Rng dropout_rng{0}; ///< as it is now
+    autodiff::Rng init_rng{0};    ///< the initializers' generator, after building
     // Running sums of the current epoch, so that its reported figures match an uninterrupted run.
-    double epoch_loss_sum = 0;       ///< Σ batch loss · batch size
+    double epoch_loss_sum = 0; ///< Σ batch loss · batch size
     std::int64_t epoch_examples = 0;
     std::int64_t epoch_correct = 0;
     friend bool operator==(const TrainingState&, const TrainingState&) = default;

@@ -68,8 +68,8 @@ Tensor Embedding::forward(const Tensor& x, const CallContext&) {
         // The negated test also catches NaN.
         if (!(v >= 0.0f && v < static_cast<float>(vocab_) && v == std::floor(v))) {
             std::ostringstream message;
-            message << describe_layer(*this) << ": the id at position " << i << " of the batch "
-                    << x.shape() << " is " << std::setprecision(9) << v << ", not an integer in [0, " << vocab_ << ")";
+            message << describe_layer(*this) << ": the id at position " << i << " of the batch " << x.shape() << " is "
+                    << std::setprecision(9) << v << ", not an integer in [0, " << vocab_ << ")";
             throw std::invalid_argument(message.str());
         }
         ids[i] = static_cast<std::int32_t>(v);
@@ -87,11 +87,10 @@ std::string Patches::config() const { return "patch=" + std::to_string(patch_); 
 
 Shape Patches::do_build(const Shape& input_shape, Rng&) {
     const std::size_t p = patch_;
-    if (input_shape.rank() != 3 || input_shape.elements() == 0 || input_shape[1] % p != 0 ||
-        input_shape[2] % p != 0)
-        throw ad::shape_error(describe_layer(*this) + " expects images (channels, height, width) with height and width " +
-                              "non-zero multiples of the patch size " + std::to_string(p) + ", got " +
-                              input_shape.to_string());
+    if (input_shape.rank() != 3 || input_shape.elements() == 0 || input_shape[1] % p != 0 || input_shape[2] % p != 0)
+        throw ad::shape_error(
+            describe_layer(*this) + " expects images (channels, height, width) with height and width " +
+            "non-zero multiples of the patch size " + std::to_string(p) + ", got " + input_shape.to_string());
     const std::size_t rows = input_shape[1] / p, cols = input_shape[2] / p;
     return Shape{rows * cols, input_shape[0] * p * p};
 }

@@ -14,9 +14,9 @@
 #include <mixprec/autodiff/tensor/tensor.hpp>
 #include <mixprec/autodiff/variable.hpp>
 
+#include <array>
 #include <memory>
 #include <optional>
-#include <array>
 #include <string>
 #include <vector>
 
@@ -32,7 +32,7 @@ using Size2 = std::array<std::size_t, 2>;
 
 /// What a call needs besides its input.
 struct CallContext {
-    bool training = false;     ///< dropout is active only when training
+    bool training = false;      ///< dropout is active only when training
     Rng* dropout_rng = nullptr; ///< required by Dropout when training
 };
 

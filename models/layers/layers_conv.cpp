@@ -2,8 +2,8 @@
 
 #include <mixprec/models/layers/layers_conv.hpp>
 
-#include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/detail/checks.hpp>
+#include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 
 #include <mixprec/autodiff/ops_conv.hpp>
@@ -17,7 +17,6 @@ namespace {
 
 using detail::check_positive;
 using detail::pair_string;
-
 
 /// x with `count` rows (axis 2) or columns (axis 3) of zeros appended, through concat so that gradients
 /// flow back to x.
@@ -34,8 +33,12 @@ Tensor pad_end(const Tensor& x, int axis, std::size_t count) {
 
 Conv2D::Conv2D(std::size_t filters, Size2 kernel, std::string activation, Size2 stride, std::string padding,
                bool use_bias)
-    : filters_(filters), kernel_(kernel), activation_(std::move(activation)), stride_(stride),
-      padding_(std::move(padding)), use_bias_(use_bias) {
+    : filters_(filters),
+      kernel_(kernel),
+      activation_(std::move(activation)),
+      stride_(stride),
+      padding_(std::move(padding)),
+      use_bias_(use_bias) {
     if (filters_ == 0) throw std::invalid_argument("Conv2D: filters must be > 0, got 0");
     check_positive("Conv2D", "kernel size", kernel_);
     check_positive("Conv2D", "stride", stride_);
@@ -107,9 +110,9 @@ Shape Conv2D::do_build(const Shape& input_shape, Rng& init_rng) {
         }
     }
     const std::size_t channels = in[0], taps = kernel_[0] * kernel_[1];
-    kernel_var_ = make_variable(glorot_uniform(Shape{filters_, channels, kernel_[0], kernel_[1]}, channels * taps,
-                                               filters_ * taps, init_rng),
-                                "kernel");
+    kernel_var_ = make_variable(
+        glorot_uniform(Shape{filters_, channels, kernel_[0], kernel_[1]}, channels * taps, filters_ * taps, init_rng),
+        "kernel");
     if (use_bias_) bias_ = make_variable(zeros(Shape{filters_}), "bias");
     return Shape{filters_, out[0], out[1]};
 }

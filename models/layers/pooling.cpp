@@ -61,7 +61,8 @@ Tensor AvgPool2D::forward(const Tensor& x, const CallContext&) { return autodiff
 
 Shape GlobalAveragePooling1D::do_build(const Shape& input_shape, Rng&) {
     if (input_shape.rank() != 2 || input_shape[0] == 0)
-        throw ad::shape_error(describe_layer(*this) + " expects examples of shape (tokens, width) with tokens ≥ 1, got " +
+        throw ad::shape_error(describe_layer(*this) +
+                              " expects examples of shape (tokens, width) with tokens ≥ 1, got " +
                               input_shape.to_string());
     return Shape{input_shape[1]};
 }

@@ -19,15 +19,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
 
 /// "12s", "3m 05s", "1h 02m": durations as the progress bar shows them.
 std::string duration_text(double seconds) {
     const auto s = static_cast<long long>(std::llround(std::max(seconds, 0.0)));
     char text[32];
-    if (s < 60) std::snprintf(text, sizeof text, "%llds", s);
-    else if (s < 3600) std::snprintf(text, sizeof text, "%lldm %02llds", s / 60, s % 60);
-    else std::snprintf(text, sizeof text, "%lldh %02lldm", s / 3600, s / 60 % 60);
+    if (s < 60)
+        std::snprintf(text, sizeof text, "%llds", s);
+    else if (s < 3600)
+        std::snprintf(text, sizeof text, "%lldm %02llds", s / 60, s % 60);
+    else
+        std::snprintf(text, sizeof text, "%lldh %02lldm", s / 3600, s / 60 % 60);
     return text;
 }
 
@@ -82,8 +87,10 @@ std::string ProgressBar::line(const StepLogs& logs) const {
     const std::string total = std::to_string(logs.batches_per_epoch);
     text << std::string(total.size() - std::min(total.size(), std::to_string(logs.batch).size()), ' ') << logs.batch
          << '/' << total << ' ' << bar << ' ';
-    if (finished) text << duration_text(elapsed) << ' ';
-    else text << "ETA " << duration_text(per_step * double(logs.batches_per_epoch - logs.batch)) << ' ';
+    if (finished)
+        text << duration_text(elapsed) << ' ';
+    else
+        text << "ETA " << duration_text(per_step * double(logs.batches_per_epoch - logs.batch)) << ' ';
     char rate[32];
     std::snprintf(rate, sizeof rate, "%.0fms/step", per_step * 1e3);
     text << rate;
@@ -169,8 +176,10 @@ void BackupAndRestore::on_epoch_end(FitContext& context, const EpochLogs&) {
 }
 
 void BackupAndRestore::on_train_end(FitContext& context, bool completed) {
-    if (completed) std::filesystem::remove(path_);
-    else save_checkpoint(path_, context.model, context.optimizer, &context.state); // stopped early: resumable
+    if (completed)
+        std::filesystem::remove(path_);
+    else
+        save_checkpoint(path_, context.model, context.optimizer, &context.state); // stopped early: resumable
 }
 
 // ---- JsonLinesLogger ----

@@ -84,14 +84,14 @@ class BackupAndRestore final : public Callback {
 
 /// The summary of a run that the JSON log ends with (and the trainer prints).
 struct RunSummary {
-    std::int64_t steps = 0;           ///< steps done in total (a resumed run counts the earlier ones)
+    std::int64_t steps = 0; ///< steps done in total (a resumed run counts the earlier ones)
     std::int64_t skipped_steps = 0;
-    float loss_scale = 1;             ///< the scale after the last step
+    float loss_scale = 1; ///< the scale after the last step
     std::optional<double> test_accuracy;
-    double samples_per_second = 0;    ///< training examples per second of training time, this process
-    double peak_rss_mib = 0;          ///< this process's peak resident memory
-    std::string weights_digest;       ///< weights_digest(model.variables())
-    std::string isa;                  ///< the instruction-set level in use (autodiff/tensor/isa.hpp)
+    double samples_per_second = 0; ///< training examples per second of training time, this process
+    double peak_rss_mib = 0;       ///< this process's peak resident memory
+    std::string weights_digest;    ///< weights_digest(model.variables())
+    std::string isa;               ///< the instruction-set level in use (autodiff/tensor/isa.hpp)
 };
 
 /// One JSON object per line: per step {"step","epoch","loss","loss_scale","skipped","grad_norm",

@@ -114,7 +114,7 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
     const std::vector<Variable> variables = model.trainable_variables();
     const auto batches = static_cast<std::int64_t>((data.size() + options.batch_size - 1) / options.batch_size);
     FitContext context{model, optimizer, state, options.epochs};
-    for (Callback* c : options.callbacks) c->on_train_begin(context); // may restore a saved state
+    for (Callback* c : options.callbacks) c->on_train_begin(context);       // may restore a saved state
     if (state.step == 0 && state.epoch == 0 && state.batch_in_epoch == 0) { // a fresh run
         state.shuffle_rng.reseed(options.seed);
         state.dropout_rng.reseed(options.seed ^ 0x5deece66dull);

@@ -66,16 +66,16 @@ struct FitOptions {
 };
 
 struct Evaluation {
-    double loss = 0;      ///< mean cross-entropy over the examples
-    double accuracy = 0;  ///< fraction of examples whose largest logit is the label
+    double loss = 0;     ///< mean cross-entropy over the examples
+    double accuracy = 0; ///< fraction of examples whose largest logit is the label
 };
 
 /// Trains `model` (built, with input shape = data's example shape) on `data` from where `state` says
 /// (a fresh state starts at epoch 0 and seeds its generators from options.seed). Returns the logs of the
 /// epochs completed by this call. std::invalid_argument for bad options or a dataset that does not fit
 /// the model (naming both shapes).
-std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const Dataset& data,
-                           TrainingState& state, const FitOptions& options);
+std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
+                           const FitOptions& options);
 
 /// Loss and accuracy on `data`, in batches, in order, with training = false.
 Evaluation evaluate(Sequential& model, const Dataset& data, std::size_t batch_size = 256);

@@ -17,8 +17,8 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 

@@ -17,8 +17,9 @@ Sequential mlp() { return Sequential{Flatten(), Dense(512, "relu"), Dense(512, "
 /// Convolutions "valid", so 28 → 26 → 13 → 11 → 5 and the first Dense sees 64·5·5 = 1600 features:
 /// 320 + 18,496 + 204,928 + 1,290 = 225,034 parameters. ReLU is fused into Conv2D and Dense.
 Sequential cnn() {
-    return Sequential{Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"), MaxPool2D({2, 2}),
-                      Flatten(), Dense(128, "relu"), Dense(10)};
+    return Sequential{
+        Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"), MaxPool2D({2, 2}), Flatten(),
+        Dense(128, "relu"),         Dense(10)};
 }
 
 Sequential make_model(std::string_view name) {

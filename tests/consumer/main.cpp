@@ -21,8 +21,9 @@ int main() {
     auto grads = tape.gradient(opt.scale_loss(loss), std::vector{w});
     const bool applied = opt.apply(grads, {w});
 
-    const bool ok = applied && logits.dtype() == autodiff::Dtype::float16 && grads[0].dtype() == autodiff::Dtype::float16 &&
-                    opt.iterations() == 1 && w.value().at({0, 3}) > 0.01f && w.value().at({0, 0}) < 0.01f;
+    const bool ok = applied && logits.dtype() == autodiff::Dtype::float16 &&
+                    grads[0].dtype() == autodiff::Dtype::float16 && opt.iterations() == 1 &&
+                    w.value().at({0, 3}) > 0.01f && w.value().at({0, 0}) < 0.01f;
     std::printf("mixprec %s: loss %.4f, step %s, scale %g (%s)\n", MIXPREC_VERSION_STRING, loss.flat(0),
                 applied ? "applied" : "skipped", opt.scale(), ok ? "ok" : "WRONG");
     return ok ? 0 : 1;

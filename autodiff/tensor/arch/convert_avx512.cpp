@@ -52,15 +52,17 @@ const auto load_u8 = [](const std::uint8_t* p, __mmask16 m) { return _mm_maskz_l
 // Stores take the lane mask; full blocks pass all ones, which folds to a plain store (masked stores of
 // whole vectors are markedly slower on some CPUs).
 const auto store_f32 = [](float* p, __m512 v, __mmask16 m) {
-    if (m == 0xffff) _mm512_storeu_ps(p, v);
-    else _mm512_mask_storeu_ps(p, m, v);
+    if (m == 0xffff)
+        _mm512_storeu_ps(p, v);
+    else
+        _mm512_mask_storeu_ps(p, m, v);
 };
 
 /// bfloat16 -> float32 is a 16-bit shift; NaNs get the quiet bit, as decode<bfloat16> gives them.
 __m512 bf16_to_f32(__m256i h) {
     const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     return _mm512_castsi512_ps(_mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x00400000)));
 }
 
@@ -91,7 +93,8 @@ void widen_e4m3(const void* src, float* dst, std::size_t n) {
         const __m512i high = _mm512_permutex2var_epi16(t2, b, t3); // entries 64..127
         __m512i h = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(b, _mm512_set1_epi16(0x40)), low, high);
         h = _mm512_or_si512(h, _mm512_and_si512(_mm512_slli_epi16(b, 8), _mm512_set1_epi16(int16_t(0x8000))));
-        const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h)), hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+        const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h)),
+                     hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
         if (left == 32) {
             _mm512_storeu_ps(dst + i, lo);
             _mm512_storeu_ps(dst + i + 16, hi);
@@ -118,9 +121,9 @@ template <class S, bool Saturate>
 __m512i encode_16(__m512 v) {
     constexpr int shift = 23 - S::man_bits;
     constexpr std::uint32_t round_and_rebias = ((1u << (shift - 1)) - 1) - (std::uint32_t(127 - S::bias) << 23);
-    constexpr std::uint32_t min_normal = std::uint32_t(128 - S::bias) << 23;              // float bits of 2^(1-bias)
+    constexpr std::uint32_t min_normal = std::uint32_t(128 - S::bias) << 23; // float bits of 2^(1-bias)
     constexpr std::uint32_t magic = std::uint32_t(127 + 1 - S::bias - S::man_bits + 23) << 23; // ulp = 2^(1-bias-M)
-    constexpr std::uint32_t overflow = Saturate ? S::max_code : S::max_code + 1;           // inf, or e4m3's NaN
+    constexpr std::uint32_t overflow = Saturate ? S::max_code : S::max_code + 1;               // inf, or e4m3's NaN
     const __m512i x = _mm512_castps_si512(v);
     const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(1));
@@ -129,12 +132,13 @@ __m512i encode_16(__m512 v) {
     const __m512 sum = _mm512_add_round_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(_mm512_set1_epi32(int(magic))),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512i subnormal = _mm512_sub_epi32(_mm512_castps_si512(sum), _mm512_set1_epi32(int(magic)));
-    __m512i r = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(int(min_normal))), normal, subnormal);
+    __m512i r =
+        _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(int(min_normal))), normal, subnormal);
     r = _mm512_min_epu32(r, _mm512_set1_epi32(int(overflow)));
-    const __m512i nan = S::has_inf ? _mm512_or_si512(_mm512_set1_epi32(int(S::nan_code)),
-                                                     _mm512_and_si512(_mm512_srli_epi32(a, shift),
-                                                                      _mm512_set1_epi32(int(S::man_mask))))
-                                   : _mm512_set1_epi32(int(S::nan_code));
+    const __m512i nan =
+        S::has_inf ? _mm512_or_si512(_mm512_set1_epi32(int(S::nan_code)),
+                                     _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(int(S::man_mask))))
+                   : _mm512_set1_epi32(int(S::nan_code));
     r = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), r, nan);
     const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 32 - S::width), _mm512_set1_epi32(int(S::sign_mask)));
     return _mm512_or_si512(r, sign);
@@ -142,12 +146,16 @@ __m512i encode_16(__m512 v) {
 
 const auto load_f32 = [](const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); };
 const auto store_u16 = [](std::uint16_t* p, __m512i v, __mmask16 m) {
-    if (m == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v));
-    else _mm512_mask_cvtepi32_storeu_epi16(p, m, v);
+    if (m == 0xffff)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v));
+    else
+        _mm512_mask_cvtepi32_storeu_epi16(p, m, v);
 };
 const auto store_u8 = [](std::uint8_t* p, __m512i v, __mmask16 m) {
-    if (m == 0xffff) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v));
-    else _mm512_mask_cvtepi32_storeu_epi8(p, m, v);
+    if (m == 0xffff)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v));
+    else
+        _mm512_mask_cvtepi32_storeu_epi8(p, m, v);
 };
 
 /// The narrowings for CPUs without AVX512-VBMI.
@@ -289,8 +297,8 @@ constexpr magic_table<S, Saturate> magic_tables{};
 /// With saturation: the first exponent field the table path cannot take (past the table; the top binade,
 /// which may round past the largest finite, or for e4m3 the binade holding its NaN code; infinity, NaN).
 template <class S>
-constexpr std::uint32_t first_unsafe_exponent =
-    std::min<std::uint32_t>(magic_table<S, true>::first + 64, top_exp<S> - (S::has_inf ? 1 : 0));
+constexpr std::uint32_t first_unsafe_exponent = std::min<std::uint32_t>(magic_table<S, true>::first + 64,
+                                                                        top_exp<S> - (S::has_inf ? 1 : 0));
 
 /// 128 floats -> eight vectors of code_top results by the table path; a block that fails the check is
 /// redone with encode_any.
@@ -335,8 +343,9 @@ struct cbf16_codes {
     using storage = std::uint16_t;
     static constexpr const auto& index = high_words;
     [[gnu::target("avx512vbmi"), gnu::always_inline]] static void store(storage* out, __m512i pick, const __m512i* r,
-                                                                      __mmask64 m) {
-        const __m512i low = _mm512_permutex2var_epi16(r[0], pick, r[1]), high = _mm512_permutex2var_epi16(r[2], pick, r[3]);
+                                                                        __mmask64 m) {
+        const __m512i low = _mm512_permutex2var_epi16(r[0], pick, r[1]),
+                      high = _mm512_permutex2var_epi16(r[2], pick, r[3]);
         if (m == ~__mmask64(0)) {
             _mm512_storeu_si512(out, low);
             _mm512_storeu_si512(out + 32, high);
@@ -352,11 +361,13 @@ struct fp8_codes {
     using storage = std::uint8_t;
     static constexpr const auto& index = top_bytes;
     [[gnu::target("avx512vbmi"), gnu::always_inline]] static void store(storage* out, __m512i pick, const __m512i* r,
-                                                                      __mmask64 m) {
+                                                                        __mmask64 m) {
         const __m512i ab = _mm512_permutex2var_epi8(r[0], pick, r[1]), cd = _mm512_permutex2var_epi8(r[2], pick, r[3]);
         const __m512i codes = _mm512_inserti64x4(ab, _mm512_castsi512_si256(cd), 1);
-        if (m == ~__mmask64(0)) _mm512_storeu_si512(out, codes);
-        else _mm512_mask_storeu_epi8(out, m, codes);
+        if (m == ~__mmask64(0))
+            _mm512_storeu_si512(out, codes);
+        else
+            _mm512_mask_storeu_epi8(out, m, codes);
     }
 };
 
@@ -479,8 +490,10 @@ alignas(64) constexpr auto transpose_4x4 = make_index<std::uint32_t, 16>([](int 
     const __m512i x[4] = {_mm512_unpacklo_epi16(zero, words0), _mm512_unpackhi_epi16(zero, words0),
                           _mm512_unpacklo_epi16(zero, words1), _mm512_unpackhi_epi16(zero, words1)};
     for (int k = 0; k < 4; ++k) {
-        if (m == ~__mmask64(0)) _mm512_storeu_si512(out + 16 * k, x[k]);
-        else _mm512_mask_storeu_epi32(out + 16 * k, __mmask16(m >> (16 * k)), x[k]);
+        if (m == ~__mmask64(0))
+            _mm512_storeu_si512(out + 16 * k, x[k]);
+        else
+            _mm512_mask_storeu_epi32(out + 16 * k, __mmask16(m >> (16 * k)), x[k]);
     }
 }
 
@@ -502,7 +515,8 @@ alignas(64) constexpr auto transpose_4x4 = make_index<std::uint32_t, 16>([](int 
     if (sub != 0) [[unlikely]] {
         const __m512i x = _mm512_castps_si512(v);
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+        const __m512i rounded =
+            _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
         r = _mm256_mask_blend_epi16(sub, r, _mm512_cvtepi32_epi16(rounded));
     }
     return r;
@@ -550,12 +564,18 @@ const convert_kernels& avx512_bf16_kernels() {
             using cbf16 = cbfloat16::spec;
             using e4m3 = float8_e4m3::spec;
             using e5m2 = float8_e5m2::spec;
-            k.narrow[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<narrow_codes_kernel<cbf16, cbf16_codes, false>>;
-            k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] = keep_subnormals<narrow_codes_kernel<cbf16, cbf16_codes, true>>;
-            k.narrow[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, false>>;
-            k.narrow[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, false>>;
-            k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] = keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, true>>;
-            k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] = keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, true>>;
+            k.narrow[static_cast<int>(Dtype::cbfloat16)] =
+                keep_subnormals<narrow_codes_kernel<cbf16, cbf16_codes, false>>;
+            k.narrow_saturate[static_cast<int>(Dtype::cbfloat16)] =
+                keep_subnormals<narrow_codes_kernel<cbf16, cbf16_codes, true>>;
+            k.narrow[static_cast<int>(Dtype::float8_e4m3)] =
+                keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, false>>;
+            k.narrow[static_cast<int>(Dtype::float8_e5m2)] =
+                keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, false>>;
+            k.narrow_saturate[static_cast<int>(Dtype::float8_e4m3)] =
+                keep_subnormals<narrow_codes_kernel<e4m3, fp8_codes, true>>;
+            k.narrow_saturate[static_cast<int>(Dtype::float8_e5m2)] =
+                keep_subnormals<narrow_codes_kernel<e5m2, fp8_codes, true>>;
             k.widen[static_cast<int>(Dtype::float8_e4m3)] = widen_e4m3_kernel;
         }
         return k;

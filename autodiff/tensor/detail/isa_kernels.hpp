@@ -30,12 +30,18 @@ std::optional<Isa> requested_isa();
 
 #if defined(__x86_64__)
 template <class F>
-[[gnu::target("avx512f"), gnu::flatten]] inline decltype(auto) run_avx512(F& body) { return body(); }
+[[gnu::target("avx512f"), gnu::flatten]] inline decltype(auto) run_avx512(F& body) {
+    return body();
+}
 template <class F>
-[[gnu::target("avx2"), gnu::flatten]] inline decltype(auto) run_avx2(F& body) { return body(); }
+[[gnu::target("avx2"), gnu::flatten]] inline decltype(auto) run_avx2(F& body) {
+    return body();
+}
 #endif
 template <class F>
-[[gnu::flatten]] inline decltype(auto) run_baseline(F& body) { return body(); }
+[[gnu::flatten]] inline decltype(auto) run_baseline(F& body) {
+    return body();
+}
 
 /// body(), from the copy compiled for the widest vectors the level in use allows.
 template <class F>

@@ -138,10 +138,14 @@ Tensor broadcast_zip(const Tensor& a, const Tensor& b, Dtype dtype, F f) {
         const float* pa = av.data() + oa;
         const float* pb = bv.data() + ob;
         float* po = out.data() + r * n;
-        if (ia == 1 && ib == 1) for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[j]);
-        else if (ia == 1) for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[0]);
-        else if (ib == 1) for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[0], pb[j]);
-        else std::fill(po, po + n, f(pa[0], pb[0]));
+        if (ia == 1 && ib == 1)
+            for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[j]);
+        else if (ia == 1)
+            for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[j], pb[0]);
+        else if (ib == 1)
+            for (std::size_t j = 0; j < n; ++j) po[j] = f(pa[0], pb[j]);
+        else
+            std::fill(po, po + n, f(pa[0], pb[0]));
     });
     return Tensor::from_floats(shape, out, dtype);
 }

@@ -34,8 +34,8 @@ inline ExpParts exp_parts(float x) {
     constexpr float ln2_hi = 0.693145751953125f; // 0x3f317200
     constexpr float ln2_lo = 1.428606765e-06f;   // ln 2 − ln2_hi, rounded
     constexpr float shifter = 0x1.8p23f;         // y + shifter − shifter = y rounded to an integer, |y| < 2^22
-    constexpr float p2 = 4.999999404e-01f, p3 = 1.666652113e-01f, p4 = 4.166838899e-02f,
-                    p5 = 8.368717507e-03f, p6 = 1.381458947e-03f;
+    constexpr float p2 = 4.999999404e-01f, p3 = 1.666652113e-01f, p4 = 4.166838899e-02f, p5 = 8.368717507e-03f,
+                    p6 = 1.381458947e-03f;
 
     x = x < lowest ? lowest : x; // comparisons with NaN are false: NaN passes both clamps
     x = x > highest ? highest : x;
@@ -74,9 +74,8 @@ inline float exp(float x) { return exp_parts(x).hi; }
 /// the unused one may overflow or be NaN, harmlessly.
 inline float tanh(float z) {
     constexpr float threshold = 0.75f;
-    constexpr float q0 = -3.333333135e-01f, q1 = 1.333327740e-01f, q2 = -5.395957455e-02f,
-                    q3 = 2.180433832e-02f, q4 = -8.596594445e-03f, q5 = 2.969616093e-03f,
-                    q6 = -6.327545270e-04f;
+    constexpr float q0 = -3.333333135e-01f, q1 = 1.333327740e-01f, q2 = -5.395957455e-02f, q3 = 2.180433832e-02f,
+                    q4 = -8.596594445e-03f, q5 = 2.969616093e-03f, q6 = -6.327545270e-04f;
 
     const float a = std::fabs(z);
     const float s = a * a;

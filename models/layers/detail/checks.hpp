@@ -21,7 +21,8 @@ inline void check_positive(const char* kind, const char* what, Size2 p) {
 inline void require_tokens(const Layer& layer, const Shape& shape) {
     if (shape.rank() != 2 || shape.elements() == 0)
         throw autodiff::shape_error(describe_layer(layer) +
-                                    " expects examples of shape (tokens, width) with both ≥ 1, got " + shape.to_string());
+                                    " expects examples of shape (tokens, width) with both ≥ 1, got " +
+                                    shape.to_string());
 }
 
 } // namespace mixprec::models::detail
