@@ -44,9 +44,8 @@ void keras_family_step(RuleStep& r, bool finite, float floor) {
         r.back_off(floor);
     }
 }
-void keras_step(RuleStep& r, bool finite) { keras_family_step(r, finite, r.o.min_scale); }
+void keras_step(RuleStep& r, bool finite) { keras_family_step(r, finite, r.o.min_scale); } // PyTorch's as well
 void tf_keras_step(RuleStep& r, bool finite) { keras_family_step(r, finite, std::max(r.o.min_scale, 1.0f)); }
-void pytorch_step(RuleStep& r, bool finite) { keras_family_step(r, finite, r.o.min_scale); }
 
 /// DeepSpeed: grows when the clean steps since the last overflow are a positive multiple of N; backs off
 /// once hysteresis runs out (refilled on growth, or on every clean step with consecutive_hysteresis).
@@ -134,7 +133,7 @@ constexpr std::array<Rule, rule_count> rules{{
     {ScaleRule::pytorch,
      "pytorch",
      {.rule = ScaleRule::pytorch, .initial_scale = 65536.0f, .min_scale = 0.0f, .max_scale = inf},
-     pytorch_step},
+     keras_step},
     {ScaleRule::deepspeed,
      "deepspeed",
      {.rule = ScaleRule::deepspeed,

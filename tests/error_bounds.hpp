@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 
 namespace error_bounds {
 
@@ -34,31 +35,35 @@ inline double gamma64(std::size_t k) {
     return ku / (1 - ku);
 }
 
-/// The format's unit in the last place at |x|: 2^(e − mantissa bits), e = max(⌊log2 |x|⌋, smallest normal
-/// exponent), so below the normal range it is the subnormal spacing.
+/// T's unit in the last place at |x| ≥ 0: 2^(e − (digits − 1)), e = max(⌊log2 |x|⌋, the smallest normal
+/// exponent), so below the normal range it is the subnormal spacing. From std::numeric_limits<T>, which
+/// mixprec defines for its formats.
+template <class T>
+double ulp_of(double x) {
+    using limits = std::numeric_limits<T>;
+    const int emin = limits::min_exponent - 1;
+    const int e = x == 0 ? emin : std::max(std::ilogb(x), emin);
+    return std::ldexp(1.0, e - (limits::digits - 1));
+}
+
+/// The same for a runtime dtype.
 inline double ulp(Dtype dtype, double x) {
-    int mantissa = 23, emin = -126;
+    namespace ad = mixprec::autodiff;
     switch (dtype) {
     case Dtype::float32:
-        break;
+        return ulp_of<float>(x);
     case Dtype::float16:
-        mantissa = 10, emin = -14;
-        break;
+        return ulp_of<ad::float16>(x);
     case Dtype::bfloat16:
-        mantissa = 7;
-        break;
+        return ulp_of<ad::bfloat16>(x);
     case Dtype::cbfloat16:
-        mantissa = 9, emin = -30;
-        break;
+        return ulp_of<ad::cbfloat16>(x);
     case Dtype::float8_e4m3:
-        mantissa = 3, emin = -6;
-        break;
+        return ulp_of<ad::float8_e4m3>(x);
     case Dtype::float8_e5m2:
-        mantissa = 2, emin = -14;
-        break;
+        return ulp_of<ad::float8_e5m2>(x);
     }
-    const int e = x == 0 ? emin : std::max(std::ilogb(x), emin);
-    return std::ldexp(1.0, e - mantissa);
+    return ulp_of<float>(x);
 }
 
 /// Bound on |s − σ| for s a float32 sum of k terms with Σ|t_i| = magnitude and σ their exact sum:

@@ -138,13 +138,6 @@ std::vector<double> conv_reference(const Tensor& x, const Tensor& w, const Tenso
     return y;
 }
 
-/// |t| elementwise: with it, conv_reference gives Σ|terms| of each output.
-Tensor magnitudes(const Tensor& t) {
-    std::vector<float> v = t.to_floats();
-    for (float& x : v) x = std::fabs(x);
-    return Tensor::from_floats(t.shape(), v);
-}
-
 /// Checks float32 sums of k terms against float64 references within the bound of error_bounds.hpp; an
 /// activation f applied after the sum (Lipschitz constant 1: identity, tanh) passes the sum's error on and
 /// adds its own: `f_ulps` units in the last place (2 for tanh, vector_math_accuracy).
@@ -311,7 +304,7 @@ BOOST_AUTO_TEST_CASE(conv2d_matches_direct_loops) {
         const auto reference = [&](const Tensor& xs, const Tensor& ws, const Tensor& bs) {
             return conv_reference(xs, ws, bs, c.stride, c.before, c.output[1], c.output[2]);
         };
-        check_sums(y, reference(x, w, b), reference(magnitudes(x), magnitudes(w), magnitudes(b)),
+        check_sums(y, reference(x, w, b), reference(kernels::abs(x), kernels::abs(w), kernels::abs(b)),
                    c.example[0] * c.kernel[0] * c.kernel[1] + 1, what);
     }
 }

@@ -107,12 +107,6 @@ const std::vector<conv_case>& conv_cases() {
     return cases;
 }
 
-/// |v| elementwise: the naive loops over magnitudes give Σ|terms| of each sum.
-std::vector<float> magnitudes(std::vector<float> v) {
-    for (float& x : v) x = std::fabs(x);
-    return v;
-}
-
 /// How many elements of t lie farther from the float64 reference than the bound on a float32 sum of k
 /// terms with Σ|terms| = magnitude, rounded once to t's dtype (error_bounds.hpp).
 std::size_t far_from_sums(const Tensor& t, const std::vector<double>& reference, const std::vector<double>& magnitude,
@@ -143,8 +137,9 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_matches_naive_reference) {
             k.bias ? std::optional(random(Shape{k.w[0]}, 0.0f, 1.0f, ++seed)) : std::nullopt;
         const Tensor y = run(k, x, w, b);
         const naive ref(k, x.to_floats(), w.to_floats(), b ? b->to_floats() : std::vector<float>{});
-        const naive size(k, magnitudes(x.to_floats()), magnitudes(w.to_floats()),
-                         b ? magnitudes(b->to_floats()) : std::vector<float>{});
+        // The same loops over |x|, |w|, |b| give Σ|terms| of each sum.
+        const naive size(k, kernels::abs(x).to_floats(), kernels::abs(w).to_floats(),
+                         b ? kernels::abs(*b).to_floats() : std::vector<float>{});
         const auto& o = k.options;
         BOOST_TEST_CONTEXT(k.name) {
             BOOST_TEST(y.dtype() == Dtype::float32);
@@ -167,7 +162,7 @@ BOOST_AUTO_TEST_CASE(conv2d_narrow_dtypes_round_once) {
         const Tensor y = conv2d(x, w, b, k.options);
         BOOST_TEST(y.dtype() == dtype);
         const naive ref(k, x.to_floats(), w.to_floats(), b.to_floats());
-        const naive size(k, magnitudes(x.to_floats()), magnitudes(w.to_floats()), magnitudes(b.to_floats()));
+        const naive size(k, kernels::abs(x).to_floats(), kernels::abs(w).to_floats(), kernels::abs(b).to_floats());
         BOOST_TEST(far_from_sums(y, ref.y, size.y, k.x[1] * k.w[2] * k.w[3] + 1) == 0u, name_of(dtype));
     }
 }
