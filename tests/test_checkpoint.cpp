@@ -12,6 +12,7 @@
 #include <mixprec/models/layers/layers_core.hpp>
 #include <mixprec/models/training/sequential.hpp>
 
+#include "checkpoint_fixture.hpp"
 #include "op_checks.hpp"
 
 #include <cereal/archives/binary.hpp>
@@ -43,6 +44,7 @@ using models::checkpoint_error;
 using models::TrainingState;
 using op_checks::throws_with;
 namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
 
 namespace {
 
@@ -836,6 +838,59 @@ BOOST_AUTO_TEST_CASE(loss_scale_values_are_checked) {
     put<std::uint64_t>(b, state_at + 8, 99); // the training state's step disagrees with the header
     reseal(b);
     BOOST_TEST(refused_with(target, b, {"the header says epoch", "step 99"}));
+}
+
+// ---- files written by earlier releases ----
+
+namespace {
+
+// Loads `file` (written by write_checkpoint_fixture) into objects that hold other values, then checks
+// every value against checkpoint_fixture bit for bit.
+void check_fixture_loads(const fs::path& file) {
+    namespace fx = checkpoint_fixture;
+    std::vector<Variable> vars = fx::variables();
+    for (Variable& v : vars) v.assign(Tensor(v.shape())); // zeros: the load must bring the values
+    const std::vector<Variable> trainable(vars.begin(), vars.begin() + 2);
+    // Default loss-scale options: the load brings the file's.
+    amp::LossScaleOptimizer opt(std::make_unique<optim::Adam>(optim::Adam::Options{.amsgrad = true}));
+    TrainingState state;
+    models::load_checkpoint(file, vars, fx::policy, opt, &state);
+
+    const std::vector<Variable> want = fx::variables();
+    for (std::size_t i = 0; i < vars.size(); ++i)
+        BOOST_TEST(vars[i].value().to_floats() == want[i].value().to_floats(), tt::per_element());
+    const auto slots = opt.slots();
+    BOOST_TEST(slots.size() == 6u); // m, v, v_max of the two trainable variables
+    for (std::size_t s = 0; s < slots.size(); ++s)
+        for (std::size_t j = 0; j < slots[s].values.size(); ++j)
+            BOOST_TEST(slots[s].values[j] == fx::slot_value(s, j), slots[s].name << " " << j);
+    BOOST_TEST(opt.iterations() == fx::iterations);
+    BOOST_TEST(same(opt.loss_scale().options(), fx::loss_scale_options()));
+    BOOST_TEST((opt.loss_scale().state() == fx::loss_scale_state()));
+    BOOST_TEST(opt.skipped_steps() == fx::skipped_steps);
+    BOOST_TEST(opt.last_step_skipped() == fx::last_step_skipped);
+    BOOST_TEST(opt.last_gradient_norm() == fx::last_gradient_norm);
+    BOOST_TEST((state == fx::training_state()));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_format_1_still_loads) {
+    const fs::path file = fs::path(MIXPREC_FIXTURES) / "checkpoint_format1.ckpt";
+    BOOST_TEST(models::read_checkpoint_info(file).format_version == 1u);
+    check_fixture_loads(file);
+}
+
+BOOST_AUTO_TEST_CASE(the_fixture_in_the_current_format_loads_the_same) {
+    ScratchDir dir;
+    const fs::path file = dir.path / "fixture.ckpt";
+    const std::vector<Variable> vars = checkpoint_fixture::variables();
+    auto opt = checkpoint_fixture::optimizer();
+    checkpoint_fixture::set_known_state(*opt, {vars[0], vars[1]});
+    const TrainingState state = checkpoint_fixture::training_state();
+    models::save_checkpoint(file, vars, checkpoint_fixture::policy, *opt, &state);
+    BOOST_TEST(models::read_checkpoint_info(file).format_version == models::checkpoint_format_version);
+    check_fixture_loads(file);
 }
 
 // ---- checkpoints for something else ----
