@@ -14,6 +14,7 @@ target_sources(mixprec PRIVATE
   models/data/dataset.cpp
   models/data/fashion_mnist.cpp
   models/io/checkpoint.cpp
+  models/io/files.cpp
   models/io/crc32c.cpp
   models/training/sequential.cpp
   models/training/zoo.cpp
