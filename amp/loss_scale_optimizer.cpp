@@ -98,6 +98,38 @@ bool LossScaleOptimizer::apply_accumulated(const std::vector<autodiff::Variable>
     return applied;
 }
 
+optim::OptimizerState LossScaleOptimizer::state() const {
+    optim::OptimizerState s = inner_->state();
+    s.kind = kind();
+    for (optim::StateValue& v : loss_scale_values(snapshot())) s.values.push_back(std::move(v));
+    return s;
+}
+
+void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
+                                    const std::vector<autodiff::Variable>& variables) {
+    if (state.kind != kind())
+        throw std::invalid_argument("load_state: the state is of optimizer '" + state.kind + "', this optimizer is '" +
+                                    kind() + "'");
+    optim::OptimizerState inner_state = state;
+    inner_state.kind = inner_->kind();
+    inner_state.values.clear();
+    std::vector<optim::StateValue> own;
+    for (const optim::StateValue& v : state.values)
+        (v.name.starts_with(loss_scale_prefix) ? own : inner_state.values).push_back(v);
+    const LossScaleSnapshot snap = loss_scale_snapshot(own);
+    LossScale scale(snap.options);
+    scale.set_state(snap.state);
+    inner_->load_state(inner_state, variables); // all or nothing; from here on nothing can fail
+    scale_ = scale;
+    skipped_ = snap.skipped_steps;
+    last_skipped_ = snap.last_step_skipped;
+    last_norm_ = snap.last_gradient_norm;
+}
+
+LossScaleSnapshot LossScaleOptimizer::snapshot() const {
+    return {scale_.options(), scale_.state(), skipped_, last_skipped_, last_norm_};
+}
+
 void LossScaleOptimizer::set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm) {
     if (skipped_steps < 0) throw std::invalid_argument("LossScaleOptimizer: negative skipped_steps");
     skipped_ = skipped_steps;

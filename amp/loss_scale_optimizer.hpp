@@ -22,8 +22,34 @@
 #include <mixprec/optim/optimizer.hpp>
 
 #include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
 
 namespace mixprec::amp {
+
+/// What a LossScaleOptimizer keeps besides its inner optimizer.
+struct LossScaleSnapshot {
+    LossScaleOptions options;
+    LossScaleState state;
+    std::int64_t skipped_steps = 0;
+    bool last_step_skipped = false;
+    double last_gradient_norm = 0;
+};
+
+/// The names of a LossScaleOptimizer's values in an optim::OptimizerState begin with this.
+inline constexpr std::string_view loss_scale_prefix = "loss_scale/";
+
+/// `snapshot` as named values of an optim::OptimizerState: "loss_scale/<field>" for every field of the
+/// options, the state and the counters (amp/loss_scale_values.cpp lists them). Integers, flags and
+/// enums are integer values; float32 and double fields are real values, exactly.
+std::vector<optim::StateValue> loss_scale_values(const LossScaleSnapshot& snapshot);
+
+/// Reads back what loss_scale_values gave, checking it as a LossScale does: std::invalid_argument naming
+/// the value that is missing, repeated, unknown, of the wrong kind (integer or real), not a float32 where
+/// one is kept, or invalid (an unknown rule, an option out of range, a scale that is not finite and
+/// positive, a negative counter).
+LossScaleSnapshot loss_scale_snapshot(std::span<const optim::StateValue> values);
 
 class LossScaleOptimizer final : public optim::Optimizer {
   public:
@@ -57,6 +83,14 @@ class LossScaleOptimizer final : public optim::Optimizer {
         return inner_->slot_data(name, variable);
     }
     void set_iterations(std::int64_t iterations) override { inner_->set_iterations(iterations); }
+
+    /// The inner optimizer's state under this kind, with loss_scale_values(snapshot()) after its values.
+    optim::OptimizerState state() const override;
+    /// Checks the "loss_scale/…" values (loss_scale_snapshot), lets the inner optimizer load the rest
+    /// (Optimizer::load_state), then takes the options, state and counters: all or nothing.
+    void load_state(const optim::OptimizerState& state, const std::vector<autodiff::Variable>& variables) override;
+    /// The loss scaler's options and state and this optimizer's counters.
+    LossScaleSnapshot snapshot() const;
 
     optim::Optimizer& inner() { return *inner_; }
     const optim::Optimizer& inner() const { return *inner_; }

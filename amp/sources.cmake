@@ -4,4 +4,5 @@ target_sources(mixprec PRIVATE
   amp/loss_scale_rules.cpp
   amp/unscale.cpp
   amp/policy.cpp
-  amp/loss_scale_optimizer.cpp)
+  amp/loss_scale_optimizer.cpp
+  amp/loss_scale_values.cpp)

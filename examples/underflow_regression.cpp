@@ -35,7 +35,6 @@ Outcome train(Dtype dtype, std::unique_ptr<optim::Optimizer> opt, const Tensor& 
               const std::vector<float>& w_true, int steps) {
     Variable w(Tensor(Shape{16, 1}), "w");
     w.set_working_dtype(dtype);
-    auto* scaler = dynamic_cast<amp::LossScaleOptimizer*>(opt.get());
     const Tensor xd = x.to(dtype), yd = y.to(dtype);
     std::size_t zeros = 0, seen = 0;
     float loss_value = 0;
@@ -44,7 +43,7 @@ Outcome train(Dtype dtype, std::unique_ptr<optim::Optimizer> opt, const Tensor& 
         const Tensor pred = autodiff::matmul(xd, w.read());
         tape.watch(pred);
         const Tensor loss = autodiff::mean_squared_error(yd, pred);
-        const Tensor target = scaler ? scaler->scale_loss(loss) : loss;
+        const Tensor target = opt->scale_loss(loss); // loss · S with loss scaling, the loss itself without
         const Tensor d_pred = tape.gradient(target, {pred})[0];
         if (step == 0) {
             for (float g : d_pred.to_floats()) zeros += g == 0.0f;
@@ -59,8 +58,7 @@ Outcome train(Dtype dtype, std::unique_ptr<optim::Optimizer> opt, const Tensor& 
         err = std::max(err, std::fabs(double(wv[i]) - w_true[i]));
         size = std::max(size, std::fabs(double(w_true[i])));
     }
-    return {double(zeros) / double(seen), loss_value, err / size, scaler ? scaler->skipped_steps() : 0,
-            scaler ? scaler->scale() : 1.0f};
+    return {double(zeros) / double(seen), loss_value, err / size, opt->skipped_steps(), opt->current_loss_scale()};
 }
 
 std::unique_ptr<optim::Optimizer> sgd() {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace fuzz_model {
@@ -72,16 +73,9 @@ struct Target {
         add(counters, sizeof counters);
         add(&state.epoch_loss_sum, sizeof state.epoch_loss_sum);
         for (const auto* rng : {&state.shuffle_rng, &state.dropout_rng, &state.init_rng}) add(rng->state().data(), 32);
-        if (const auto* lso = dynamic_cast<const mixprec::amp::LossScaleOptimizer*>(optimizer.get())) {
-            const auto& s = lso->loss_scale().state();
-            const std::int64_t scale_counters[] = {s.growth_counter, s.hysteresis_left,    s.iteration,
-                                                   s.last_overflow,  s.overflows_counted,  s.growths,
-                                                   s.backoffs,       lso->skipped_steps(), lso->last_step_skipped()};
-            add(scale_counters, sizeof scale_counters);
-            add(&s.scale, sizeof s.scale);
-            const auto& o = lso->loss_scale().options();
-            add(&o.initial_scale, sizeof o.initial_scale);
-            add(&o.growth_interval, sizeof o.growth_interval);
+        for (const auto& v : optimizer->state().values) { // a LossScaleOptimizer's scale, counters, options
+            add(v.name.data(), v.name.size());
+            std::visit([&add](const auto& x) { add(&x, sizeof x); }, v.value);
         }
         return out;
     }

@@ -10,6 +10,7 @@
 /// Non-finite gradients are not checked here: an inf/NaN goes into the weights and slots. Skipping such
 /// steps is the job of amp::LossScaleOptimizer, which checks before calling apply_float32.
 
+#include <mixprec/optim/optimizer_state.hpp>
 #include <mixprec/optim/schedule.hpp>
 
 #include <mixprec/autodiff/tensor/tensor.hpp>
@@ -82,6 +83,21 @@ class Optimizer {
     /// Global L2 norm of the last step's unscaled gradients, before clipping (here: NaN, not measured).
     virtual double last_gradient_norm() const { return std::numeric_limits<double>::quiet_NaN(); }
 
+    /// Everything this optimizer keeps, detached from it: kind, iterations, slots and, for an optimizer
+    /// that keeps more (amp::LossScaleOptimizer), its named values. What checkpoints save.
+    virtual OptimizerState state() const;
+
+    /// Puts `state` (from state() of an optimizer of the same kind) back, for `variables` (those the
+    /// optimizer is applied to, in the same order). Checks first, changing nothing on failure: the kinds
+    /// must be equal, every slot must name a variable of the right size and, when this optimizer is built
+    /// already, match its slots one for one; every value must be one this optimizer keeps. An optimizer
+    /// that is not built yet is built first; if its slots then differ from the state's (the same kind
+    /// with other options: SGD with and without momentum), the load fails and leaves it built with zero
+    /// slots and its old iteration count, which behaves exactly as the unbuilt one. A state saved before
+    /// the first step leaves a built optimizer with zero slots. std::invalid_argument naming both sides
+    /// of any mismatch.
+    virtual void load_state(const OptimizerState& state, const std::vector<Variable>& variables);
+
     /// One slot of one variable, read-only (tests, checkpoints). Empty before the first step.
     struct Slot {
         std::string name;              ///< "momentum", "m", "v", "v_max"
@@ -90,8 +106,8 @@ class Optimizer {
     };
     virtual std::vector<Slot> slots() const = 0;
 
-    /// For checkpoint loading: creates the zero slots for `variables` if not yet built (else checks
-    /// them as apply does), so that slot_data and set_iterations can then restore a saved state.
+    /// Creates the zero slots for `variables` if not yet built (else checks them as apply does), so that
+    /// slot_data and set_iterations can then set a state (load_state does).
     virtual void build(const std::vector<Variable>& variables) = 0;
     virtual bool built() const = 0;
     /// Writable values of slot `name` of variable `variable` (std::invalid_argument if unknown).

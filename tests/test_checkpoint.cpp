@@ -29,6 +29,8 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -160,8 +162,7 @@ struct Run {
         h = autodiff::dropout(h, 0.25f, state.dropout_rng, true);
         const Tensor logits = autodiff::dense(h, vars[2].read(), vars[3].read());
         const Tensor loss = autodiff::sparse_categorical_crossentropy(yb, logits);
-        auto* lso = dynamic_cast<amp::LossScaleOptimizer*>(opt.get());
-        std::vector<Tensor> grads = tape.gradient(lso ? lso->scale_loss(loss) : loss, vars);
+        std::vector<Tensor> grads = tape.gradient(opt->scale_loss(loss), vars);
         if (config.inf_steps.contains(state.step)) grads[2].set({1, 1}, INFINITY);
         if (!opt->apply(grads, vars)) ++skipped;
         state.epoch_loss_sum += static_cast<double>(loss.flat(0)) * batch;
@@ -200,10 +201,7 @@ struct Fingerprint {
     std::vector<std::string> slot_names;
     std::int64_t iterations = 0;
     bool built = false;
-    amp::LossScaleState scale{};
-    std::int64_t skipped = 0;
-    bool last_skipped = false;
-    std::uint64_t last_norm_bits = 0;
+    std::vector<optim::StateValue> values; // a LossScaleOptimizer's options, scale and counters
     TrainingState state;
     bool operator==(const Fingerprint&) const = default;
 };
@@ -222,13 +220,7 @@ Fingerprint fingerprint(const Run& r) {
     }
     f.iterations = r.opt->iterations();
     f.built = r.opt->built();
-    if (const auto* lso = dynamic_cast<const amp::LossScaleOptimizer*>(r.opt.get())) {
-        f.scale = lso->loss_scale().state();
-        f.skipped = lso->skipped_steps();
-        f.last_skipped = lso->last_step_skipped();
-        const double norm = lso->last_gradient_norm();
-        std::memcpy(&f.last_norm_bits, &norm, sizeof norm);
-    }
+    f.values = r.opt->state().values;
     f.state = r.state;
     return f;
 }
@@ -295,14 +287,13 @@ bool same(const amp::LossScaleOptions& a, const amp::LossScaleOptions& b) {
            a.max_scale == b.max_scale && a.at_min_scale == b.at_min_scale &&
            a.overflow_tolerance == b.overflow_tolerance && a.decrease_every == b.decrease_every;
 }
-bool same(const models::LossScaleSnapshot& a, const models::LossScaleSnapshot& b) {
-    return same(a.options, b.options) && a.state == b.state && a.skipped_steps == b.skipped_steps &&
-           a.last_step_skipped == b.last_step_skipped && a.last_gradient_norm == b.last_gradient_norm;
-}
-bool same(const models::OptimizerSnapshot& a, const models::OptimizerSnapshot& b) {
-    return a.kind == b.kind && a.iterations == b.iterations && a.built == b.built && a.slots == b.slots &&
-           a.loss_scale.has_value() == b.loss_scale.has_value() &&
-           (!a.loss_scale || same(*a.loss_scale, *b.loss_scale));
+
+/// The integer value `name` of the optimizer's state.
+std::int64_t integer_value(const optim::Optimizer& opt, std::string_view name) {
+    for (const auto& v : opt.state().values)
+        if (v.name == name) return std::get<std::int64_t>(v.value);
+    BOOST_FAIL("no value " << name);
+    return 0;
 }
 
 template <class Out, class In>
@@ -311,23 +302,6 @@ void round_trip_every_piece() {
     rng();
     BOOST_TEST((round_trip<Out, In>(rng) == rng));
 
-    amp::LossScaleOptions o = amp::loss_scale_preset("deepspeed");
-    o.hysteresis = 3;
-    o.at_min_scale = amp::AtMinScale::raise;
-    o.overflow_tolerance = 0.25;
-    BOOST_TEST(same(round_trip<Out, In>(o), o));
-
-    const amp::LossScaleState s{.scale = 512,
-                                .growth_counter = 3,
-                                .hysteresis_left = 2,
-                                .iteration = 17,
-                                .last_overflow = 9,
-                                .overflows_counted = 4,
-                                .unclamped_scale = 1024,
-                                .growths = 5,
-                                .backoffs = 6};
-    BOOST_TEST((round_trip<Out, In>(s) == s));
-
     TrainingState t;
     t.epoch = 3, t.step = 77, t.batch_in_epoch = 5, t.epoch_loss_sum = 12.375, t.epoch_examples = 40;
     t.epoch_correct = 31, t.shuffle_rng = Rng(1), t.dropout_rng = Rng(2), t.init_rng = Rng(3);
@@ -335,10 +309,13 @@ void round_trip_every_piece() {
 
     Run run(mixed_adam(), 1);
     run.steps(3);
-    const models::OptimizerSnapshot snap = models::snapshot_optimizer(*run.opt);
-    BOOST_TEST(snap.slots.size() == 12u); // m, v, v_max of 4 variables
-    BOOST_TEST(same(round_trip<Out, In>(snap), snap));
-    BOOST_TEST(same(round_trip<Out, In>(snap.loss_scale.value()), *snap.loss_scale));
+    const optim::OptimizerState snap = run.opt->state();
+    BOOST_TEST(snap.slots.size() == 12u);  // m, v, v_max of 4 variables
+    BOOST_TEST(snap.values.size() == 25u); // the loss scaler's options, state and counters
+    BOOST_TEST((round_trip<Out, In>(snap) == snap));
+    for (const optim::StateValue& v : {optim::StateValue{"an integer", std::int64_t{-3}},
+                                       optim::StateValue{"a real", 0.1}, optim::StateValue{"an inf", INFINITY}})
+        BOOST_TEST((round_trip<Out, In>(v) == v));
 
     models::CheckpointInfo info;
     info.mixprec_version = "0.1.0";
@@ -412,38 +389,43 @@ BOOST_AUTO_TEST_CASE(text_archives_name_the_fields) {
     std::stringstream ss;
     {
         cereal::XMLOutputArchive out(ss);
-        out(cereal::make_nvp("loss_scale_state", amp::LossScaleState{.scale = 8}));
+        TrainingState t;
+        t.batch_in_epoch = 3;
+        out(cereal::make_nvp("training_state", t),
+            cereal::make_nvp("value", optim::StateValue{"loss_scale/scale", 8.0}));
     }
-    BOOST_TEST(ss.str().find("<growth_counter>0</growth_counter>") != std::string::npos, ss.str());
-    BOOST_TEST(ss.str().find("<hysteresis_left>1</hysteresis_left>") != std::string::npos, ss.str());
+    BOOST_TEST(ss.str().find("<version>1</version>") != std::string::npos, ss.str());
+    BOOST_TEST(ss.str().find("<batch_in_epoch>3</batch_in_epoch>") != std::string::npos, ss.str());
+    BOOST_TEST(ss.str().find("<name>loss_scale/scale</name>") != std::string::npos, ss.str());
+    BOOST_TEST(ss.str().find("<real>8</real>") != std::string::npos, ss.str());
 }
 
 // A plain archive has no byte budget: a length that lies fails when the data runs out.
 BOOST_AUTO_TEST_CASE(plain_archive_with_a_lying_length_fails_without_allocating_it) {
-    models::SlotSnapshot slot{"m", 0, {1, 2, 3}};
+    optim::SlotState slot{"m", 0, {1, 2, 3}};
     std::stringstream ss;
     {
         cereal::PortableBinaryOutputArchive out(ss);
         out(slot);
     }
     std::string bytes = ss.str();
-    const std::size_t count_at = 1 + 8 + 1 + 8; // endianness byte, name length, "m", variable
+    const std::size_t count_at = 1 + 4 + 8 + 1 + 8; // endianness byte, version, name length, "m", variable
     for (std::uint64_t claimed : {std::uint64_t{1} << 40, std::uint64_t{1} << 62, std::uint64_t{4}}) {
         std::string edited = bytes;
         for (std::size_t i = 0; i < 8; ++i) edited[count_at + i] = static_cast<char>(claimed >> (8 * i));
         std::stringstream in_stream(edited);
         cereal::PortableBinaryInputArchive in(in_stream);
-        models::SlotSnapshot loaded;
+        optim::SlotState loaded;
         if (claimed > models::serialization::max_entries && claimed > autodiff::Shape::max_elements)
             BOOST_CHECK_THROW(in(loaded), checkpoint_error); // over the limit: refused before reading
         else
             BOOST_CHECK_THROW(in(loaded), cereal::Exception); // under it: the data runs out
     }
     std::string long_name = bytes;
-    for (std::size_t i = 0; i < 8; ++i) long_name[1 + i] = static_cast<char>((std::uint64_t{1} << 50) >> (8 * i));
+    for (std::size_t i = 0; i < 8; ++i) long_name[5 + i] = static_cast<char>((std::uint64_t{1} << 50) >> (8 * i));
     std::stringstream in_stream(long_name);
     cereal::PortableBinaryInputArchive in(in_stream);
-    models::SlotSnapshot loaded;
+    optim::SlotState loaded;
     BOOST_TEST(throws_with<checkpoint_error>([&] { in(loaded); }, {"name length", "exceeds the limit"}));
 }
 
@@ -483,7 +465,7 @@ BOOST_AUTO_TEST_CASE(save_load_restores_everything_and_the_header_is_readable) {
     BOOST_TEST((fingerprint(b) == fingerprint(a)));
     BOOST_TEST(b.opt->current_learning_rate() == a.opt->current_learning_rate());
     BOOST_TEST(a.skipped == 2); // both injected infs were skipped
-    BOOST_TEST(dynamic_cast<amp::LossScaleOptimizer&>(*b.opt).skipped_steps() == 2);
+    BOOST_TEST(b.opt->skipped_steps() == 2);
 
     // Into an optimizer that is already built (it took steps of its own): slots replaced, too.
     Run c(mixed_adam(), 5);
@@ -536,10 +518,10 @@ BOOST_AUTO_TEST_CASE(resuming_is_bit_identical_to_an_uninterrupted_run) {
                 BOOST_TEST((fingerprint(resumed) == fingerprint(straight)), "resumed at " << at);
             }
             if (config.mixed) {
-                const auto& lso = dynamic_cast<const amp::LossScaleOptimizer&>(*straight.opt);
-                BOOST_TEST(lso.skipped_steps() == 4);
-                BOOST_TEST(lso.growth_count() > 0); // growth_interval 2: the scale moved both ways
-                BOOST_TEST(lso.backoff_count() > 0);
+                BOOST_TEST(straight.opt->skipped_steps() == 4);
+                // growth_interval 2: the scale moved both ways
+                BOOST_TEST(integer_value(*straight.opt, "loss_scale/growths") > 0);
+                BOOST_TEST(integer_value(*straight.opt, "loss_scale/backoffs") > 0);
             }
         }
     }
@@ -715,7 +697,8 @@ BOOST_AUTO_TEST_CASE(frame_errors_are_refused_with_what_is_wrong) {
     auto future = bytes;
     put<std::uint32_t>(future, 8, models::checkpoint_format_version + 1);
     reseal(future);
-    BOOST_TEST(refused_with(target, future, {"format version 2 is newer"}));
+    const std::string newer = "format version " + std::to_string(models::checkpoint_format_version + 1) + " is newer";
+    BOOST_TEST(refused_with(target, future, {newer.c_str()}));
     auto zero = bytes;
     put<std::uint32_t>(zero, 8, 0);
     reseal(zero);
@@ -768,8 +751,9 @@ BOOST_AUTO_TEST_CASE(lying_sizes_and_counts_are_refused_before_allocating) {
     }
     BOOST_TEST(refused_with(target, edit(name - 8, std::uint64_t{1} << 62), {"name length", "exceeds the limit"}));
     BOOST_TEST(refused_with(target, edit(name - 8, 4096), {"name length", "bytes are left"}));
-    BOOST_TEST(refused_with(target, edit(name - 16, std::uint64_t{1} << 62), {"variable count", "exceeds the limit"}));
-    BOOST_TEST(refused_with(target, edit(name - 16, 1u << 20), {"variable count", "bytes are left"}));
+    // Before the name's length: the variable's version, then (for the first variable) the variable count.
+    BOOST_TEST(refused_with(target, edit(name - 20, std::uint64_t{1} << 62), {"variable count", "exceeds the limit"}));
+    BOOST_TEST(refused_with(target, edit(name - 20, 1u << 20), {"variable count", "bytes are left"}));
 
     // The master values of layer1/kernel follow the header: [u64 count][floats].
     const auto master = float_bytes(source.vars[0].value().data<float>());
@@ -779,7 +763,8 @@ BOOST_AUTO_TEST_CASE(lying_sizes_and_counts_are_refused_before_allocating) {
     BOOST_TEST(refused_with(target, edit(values - 8, std::uint64_t{1} << 36), {"bytes are left"}));
     BOOST_TEST(refused_with(target, edit(values - 8, inputs * hidden + 1), {"expected 35"}));
 
-    // The optimizer: [u64 len]["loss_scale(adam)"][i64 iterations][u8 built][u64 slot count] (2nd occurrence).
+    // The optimizer: [u32 version][u64 len]["loss_scale(adam)"][i64 iterations][u8 built][u64 slot count] (the
+    // name's 2nd occurrence).
     const std::size_t kind = find(bytes, "loss_scale(adam)", 1);
     const std::size_t built = kind + 16 + 8, slot_count = built + 1;
     BOOST_REQUIRE(get<std::uint64_t>(bytes, slot_count) == 12u);
@@ -791,8 +776,8 @@ BOOST_AUTO_TEST_CASE(lying_sizes_and_counts_are_refused_before_allocating) {
         reseal(b);
         BOOST_TEST(refused_with(target, b, {"built", "must be 0 or 1"}));
     }
-    // The first slot's name length, then the slot's value count.
-    const std::size_t slot_name = slot_count + 8;
+    // The first slot's name length (after its version), then the slot's value count.
+    const std::size_t slot_name = slot_count + 8 + 4;
     BOOST_TEST(refused_with(target, edit(slot_name, std::uint64_t{1} << 62), {"name length"}));
     const std::size_t slot_values = slot_name + 8 + 1 + 8; // "m", variable
     BOOST_TEST(refused_with(target, edit(slot_values, std::uint64_t{1} << 38), {"slot 'm' values", "bytes are left"}));
@@ -810,32 +795,60 @@ BOOST_AUTO_TEST_CASE(loss_scale_values_are_checked) {
     source.steps(2);
     const auto bytes = source.bytes();
     Run target = built_target();
-    // The loss-scale snapshot ends the optimizer: options, state, skipped, last skipped, norm; then the
-    // training state (3 x i64, 3 Rngs, double, 2 x i64 = 144 bytes), then the end.
-    const std::size_t state_at = bytes.size() - crc_size - 144;
-    const std::size_t norm = state_at - 8, last = norm - 1, skipped = last - 8;
-    const std::size_t scale_state = skipped - 64; // LossScaleState: f32, 5 x i64, f32, 2 x i64
-    const std::size_t options = scale_state - 56; // LossScaleOptions: 4 x u8, 4 x f32... (56 bytes)
-    BOOST_REQUIRE(get<std::uint64_t>(bytes, skipped) == 0u);
-    BOOST_REQUIRE(bytes[options] == static_cast<std::uint8_t>(amp::ScaleRule::mixprec));
+    // A value is [u32 version][u64 name length][name][u8 kind: 0 integer, 1 real][8 bytes]: the kind
+    // follows the name, the number follows the kind.
+    const auto kind_of = [&](std::string_view name) { return find(bytes, name) + name.size(); };
+    const auto edited = [&](std::string_view name, auto number) {
+        auto b = bytes;
+        if constexpr (std::is_same_v<decltype(number), double>) {
+            std::uint64_t bits = 0;
+            std::memcpy(&bits, &number, sizeof bits);
+            put<std::uint64_t>(b, kind_of(name) + 1, bits);
+        } else {
+            put<std::uint64_t>(b, kind_of(name) + 1, static_cast<std::uint64_t>(number));
+        }
+        reseal(b);
+        return b;
+    };
+    BOOST_REQUIRE(bytes[kind_of("loss_scale/rule")] == 0);
+    BOOST_REQUIRE(get<std::uint64_t>(bytes, kind_of("loss_scale/skipped_steps") + 1) == 0u);
+    BOOST_TEST(refused_with(target, edited("loss_scale/rule", 200), {"'loss_scale/rule'", "unknown value 200"}));
+    BOOST_TEST(refused_with(target, edited("loss_scale/skipped_steps", -5),
+                            {"'loss_scale/skipped_steps'", "is negative: -5"}));
+    BOOST_TEST(
+        refused_with(target, edited("loss_scale/scale", double(INFINITY)), {"invalid loss scale", "state.scale"}));
+    BOOST_TEST(
+        refused_with(target, edited("loss_scale/growth_interval", 0), {"invalid loss scale", "growth_interval"}));
+    BOOST_TEST(refused_with(target, edited("loss_scale/initial_scale", 0.1), {"initial_scale", "not a float32"}));
+    BOOST_TEST(refused_with(target, edited("loss_scale/dynamic", 2), {"'loss_scale/dynamic'", "0 or 1, got 2"}));
+    {
+        auto b = bytes; // an integer read as a real
+        b[kind_of("loss_scale/growth_interval")] = 1;
+        reseal(b);
+        BOOST_TEST(refused_with(target, b, {"'loss_scale/growth_interval' is a real"}));
+        b[kind_of("loss_scale/growth_interval")] = 7;
+        reseal(b);
+        BOOST_TEST(refused_with(target, b, {"value 'loss_scale/growth_interval' kind", "got 7"}));
+    }
+    {
+        auto b = bytes; // "loss_scale/scale" renamed: missing, and the new name unknown
+        b[kind_of("loss_scale/scale") - 1] = 'f';
+        reseal(b);
+        BOOST_TEST(refused_with(target, b, {"'loss_scale/scale' is missing"}));
+    }
+    {
+        auto b = bytes; // the optimizer state's version, before its kind's length (the kind's 2nd occurrence)
+        const std::size_t version = find(bytes, "loss_scale(adam)", 1) - 8 - 4;
+        BOOST_REQUIRE(get<std::uint32_t>(bytes, version) == 2u);
+        put<std::uint32_t>(b, version, 3);
+        reseal(b);
+        BOOST_TEST(refused_with(target, b, {"optimizer state version", "3 is not one this mixprec reads (1 to 2)"}));
+    }
+    // The training state ends the body: version, 3 x i64, 3 Rngs (version and 4 x u64 each), double, 2 x i64.
+    const std::size_t state_at = bytes.size() - crc_size - (4 + 24 + 3 * 36 + 8 + 16);
+    BOOST_REQUIRE(get<std::uint64_t>(bytes, state_at + 4 + 8) == 2u); // the step
     auto b = bytes;
-    b[options] = 200;
-    reseal(b);
-    BOOST_TEST(refused_with(target, b, {"loss scale rule", "unknown value 200"}));
-    b = bytes;
-    put<std::uint64_t>(b, skipped, static_cast<std::uint64_t>(-5));
-    reseal(b);
-    BOOST_TEST(refused_with(target, b, {"negative skipped step count -5"}));
-    b = bytes;
-    put<std::uint32_t>(b, scale_state, 0x7F800000u); // scale = inf
-    reseal(b);
-    BOOST_TEST(refused_with(target, b, {"invalid loss scale", "state.scale"}));
-    b = bytes;
-    put<std::uint64_t>(b, options + 1 + 1 + 4, 0); // growth_interval = 0
-    reseal(b);
-    BOOST_TEST(refused_with(target, b, {"invalid loss scale", "growth_interval"}));
-    b = bytes;
-    put<std::uint64_t>(b, state_at + 8, 99); // the training state's step disagrees with the header
+    put<std::uint64_t>(b, state_at + 4 + 8, 99); // the training state's step disagrees with the header
     reseal(b);
     BOOST_TEST(refused_with(target, b, {"the header says epoch", "step 99"}));
 }
@@ -935,10 +948,10 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_for_another_model_optimizer_or_policy_is_refus
     std::vector<Tensor> zero_grads;
     for (const Variable& v : target.vars) zero_grads.push_back(Tensor(v.shape(), Dtype::float16));
     other.apply(zero_grads, target.vars); // built, one step
-    const auto other_slots = models::snapshot_optimizer(other);
+    const optim::OptimizerState other_state = other.state();
     BOOST_TEST(throws_with<checkpoint_error>([&] { load(target.vars, "mixed_float16", other, &target.state); },
                                              {"slot 'v_max' of variable 0", "the optimizer has not"}));
-    BOOST_TEST(same(models::snapshot_optimizer(other), other_slots)); // built: unchanged
+    BOOST_TEST((other.state() == other_state)); // built: unchanged
     amp::LossScaleOptimizer unbuilt(std::make_unique<optim::Adam>());
     BOOST_TEST(throws_with<checkpoint_error>([&] { load(target.vars, "mixed_float16", unbuilt, &target.state); },
                                              {"slot 'v_max'"}));

@@ -295,3 +295,96 @@ BOOST_AUTO_TEST_CASE(fused_unscale_pass) {
             }
     }
 }
+
+// The loss scaler's options, state and counters travel in Optimizer::state() as named values, so that a
+// checkpoint saves and restores them without knowing the optimizer scales.
+BOOST_AUTO_TEST_CASE(state_carries_the_scaler_and_the_run_continues_bit_identically) {
+    amp::LossScaleOptions options = amp::loss_scale_preset("pytorch");
+    options.initial_scale = 1024;
+    options.growth_interval = 2;
+    amp::LossScaleOptimizer opt(adam_with_schedule(), options);
+    auto vars = variables(Dtype::float16, 4);
+    for (unsigned step = 0; step < 5; ++step) {
+        auto grads = gradients(vars, opt.scale(), Dtype::float16, step);
+        if (step == 3) grads[1].set({2}, INFINITY);
+        opt.apply(grads, vars);
+    }
+    const optim::OptimizerState saved = opt.state();
+    BOOST_TEST(saved.kind == "loss_scale(adam)");
+    BOOST_TEST(saved.iterations == 4);
+    BOOST_TEST(saved.slots.size() == 6u); // Adam's m and v of three variables
+    BOOST_TEST(saved.values.size() == 25u);
+    for (const auto& v : saved.values) BOOST_TEST(v.name.starts_with(amp::loss_scale_prefix), v.name);
+    const amp::LossScaleSnapshot snap = amp::loss_scale_snapshot(saved.values);
+    BOOST_TEST((snap.state == opt.loss_scale().state()));
+    BOOST_TEST((snap.options.rule == amp::ScaleRule::pytorch));
+    BOOST_TEST(snap.options.growth_interval == 2);
+    BOOST_TEST(snap.skipped_steps == 1);
+    BOOST_TEST(snap.last_gradient_norm == opt.last_gradient_norm());
+
+    auto copy = variables(Dtype::float16, 99);
+    for (std::size_t i = 0; i < vars.size(); ++i) copy[i].assign(vars[i].value());
+    amp::LossScaleOptimizer restored(adam_with_schedule()); // default options: the state brings them
+    restored.load_state(saved, copy);
+    BOOST_TEST((restored.state() == saved));
+    for (unsigned step = 5; step < 9; ++step) {
+        opt.apply(gradients(vars, opt.scale(), Dtype::float16, step), vars);
+        restored.apply(gradients(copy, restored.scale(), Dtype::float16, step), copy);
+    }
+    BOOST_TEST((snapshot(restored, copy) == snapshot(opt, vars)));
+    BOOST_TEST((restored.state() == opt.state()));
+}
+
+BOOST_AUTO_TEST_CASE(load_state_refuses_bad_scaler_values_and_changes_nothing) {
+    amp::LossScaleOptimizer target(adam_with_schedule(), {.initial_scale = 64, .growth_interval = 2});
+    auto vars = variables(Dtype::float32, 5);
+    target.apply(gradients(vars, 64, Dtype::float32, 1), vars);
+    const optim::OptimizerState before = target.state();
+    const auto refused = [&](const optim::OptimizerState& s, std::initializer_list<const char*> parts) {
+        std::string message;
+        try {
+            target.load_state(s, vars);
+        } catch (const std::invalid_argument& e) {
+            message = e.what();
+        }
+        BOOST_TEST((target.state() == before));
+        bool all = !message.empty();
+        for (const char* part : parts) all = all && message.find(part) != std::string::npos;
+        BOOST_TEST_MESSAGE(message);
+        return all;
+    };
+    const auto with = [&](std::string_view name, optim::StateValue::Value value) {
+        optim::OptimizerState s = before;
+        for (auto& v : s.values)
+            if (v.name == name) v.value = value;
+        return s;
+    };
+    optim::OptimizerState s = before;
+    s.values.erase(s.values.begin() + 13); // "loss_scale/scale"
+    BOOST_TEST(refused(s, {"'loss_scale/scale' is missing"}));
+    s = before;
+    s.values.push_back(s.values[0]);
+    BOOST_TEST(refused(s, {"'loss_scale/rule' appears twice"}));
+    s = before;
+    s.values.push_back({"loss_scale/colour", std::int64_t{3}});
+    BOOST_TEST(refused(s, {"'loss_scale/colour' is not one a LossScaleOptimizer keeps"}));
+    s = before;
+    s.values.push_back({"momentum_decay", 0.5});
+    BOOST_TEST(refused(s, {"value 'momentum_decay'", "which optimizer 'adam' does not keep"}));
+    BOOST_TEST(refused(with("loss_scale/scale", std::int64_t{8}), {"'loss_scale/scale' is an integer"}));
+    BOOST_TEST(refused(with("loss_scale/growths", 2.0), {"'loss_scale/growths' is a real"}));
+    BOOST_TEST(refused(with("loss_scale/min_scale", 0.1), {"'loss_scale/min_scale'", "not a float32"}));
+    BOOST_TEST(refused(with("loss_scale/rule", std::int64_t{99}), {"'loss_scale/rule'", "unknown value 99"}));
+    BOOST_TEST(refused(with("loss_scale/at_min_scale", std::int64_t{-1}), {"'loss_scale/at_min_scale'"}));
+    BOOST_TEST(refused(with("loss_scale/dynamic", std::int64_t{2}), {"'loss_scale/dynamic'", "0 or 1, got 2"}));
+    BOOST_TEST(refused(with("loss_scale/growth_factor", 0.5), {"invalid loss scale", "growth_factor"}));
+    BOOST_TEST(refused(with("loss_scale/scale", double(INFINITY)), {"invalid loss scale", "state.scale"}));
+    BOOST_TEST(refused(with("loss_scale/skipped_steps", std::int64_t{-2}), {"'loss_scale/skipped_steps' is negative"}));
+    // The inner optimizer refuses after the scaler's values passed: the scaler is left as it was too.
+    s = with("loss_scale/scale", 2.0);
+    s.slots[0].values.pop_back();
+    BOOST_TEST(refused(s, {"slot 'm' of variable 0 has 4 values"}));
+    s = before;
+    s.kind = "loss_scale(sgd)";
+    BOOST_TEST(refused(s, {"'loss_scale(sgd)'", "'loss_scale(adam)'"}));
+}

@@ -45,18 +45,11 @@ std::vector<float> weights(const std::vector<Variable>& vars) {
     return out;
 }
 
-// Golden weights (a0, a1, a2, b0, b1) after each of 5 steps, from torch.optim (Debian python3-torch
-// 1.13.1, float32 tensors), with lr schedules and clipping computed explicitly in the script as Keras 3
-// defines them. The script (kept out of the repo) is, in essence:
-//   params = [torch.tensor(a0), torch.tensor(b0)];  opt = torch.optim.<Opt>(params, eps=1e-7, ...)
-//   for step, (ga, gb) in enumerate(gradients):
-//       opt.param_groups[0]["lr"] = lr(step)      # Keras formulas in double:
-//           # exponential: initial * rate ** (step / decay_steps), floor() when staircase
-//           # cosine: warmup (target - initial) * step / W + initial while step < W, then
-//           #   target * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step - W, D) / D)) + alpha)
-//       grads = clip([ga, gb])                    # Keras formulas, float32 torch ops:
-//           # clipnorm: g * c / max(||g||, c);  global: g * c * min(1 / ||all||, 1 / c);  value: clamp
-//       p.grad = g for each;  opt.step();  print every weight with "%.9g"
+// Golden weights (a0, a1, a2, b0, b1) after each of 5 steps, from torch.optim (float32 tensors), with lr schedules
+// (in double) and clipping (float32 torch ops) computed explicitly as Keras 3 defines them, by
+// tests/golden/optimizers.py (see tests/golden/README.md; `--check tests/test_optim.cpp` compares these tables).
+// Made with Debian python3-torch 1.13.1; torch 2.15.0 (PyPI) gives the same bits but for two sgd_nesterov values,
+// 1 ulp apart.
 // Tolerance: 1e-6 relative (~8 float32 ulps: torch and we round differently, e.g. torch's lerp for m
 // and its float32 norms versus our double norm sums).
 using Expected = std::array<std::array<float, 5>, 5>;
@@ -193,7 +186,7 @@ BOOST_AUTO_TEST_CASE(adamw_defaults_exponential_staircase) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-// Schedule values from the same script (Keras 3 formulas in double).
+// Schedule values: Keras 3 formulas in double (the schedule functions of tests/golden/optimizers.py).
 BOOST_AUTO_TEST_CASE(schedule_values, *boost::unit_test::tolerance(1e-6f)) {
     const ExponentialDecay exp({.initial = 0.1f, .decay_steps = 2, .decay_rate = 0.5f});
     const ExponentialDecay stair({.initial = 0.01f, .decay_steps = 2, .decay_rate = 0.5f, .staircase = true});
@@ -308,6 +301,77 @@ BOOST_AUTO_TEST_CASE(slots_can_be_restored) {
     BOOST_TEST(weights(copy_vars) == weights(vars), tt::per_element()); // bit-identical
     BOOST_CHECK_THROW(restored.slot_data("velocity", 0), std::invalid_argument);
     BOOST_CHECK_THROW(restored.slot_data("m", 2), std::invalid_argument);
+}
+
+// state() and load_state(): what checkpoints save and put back, for any optimizer.
+BOOST_AUTO_TEST_CASE(state_round_trips_and_the_step_after_is_bit_identical) {
+    auto vars = make_variables();
+    SGD original({.learning_rate = 0.05f, .momentum = 0.9f, .nesterov = true});
+    original.apply(step_gradients(0), vars);
+    original.apply(step_gradients(1), vars);
+    const OptimizerState saved = original.state();
+    BOOST_TEST(saved.kind == "sgd");
+    BOOST_TEST(saved.iterations == 2);
+    BOOST_TEST(saved.built);
+    BOOST_TEST(saved.slots.size() == 2u); // the momentum of a and of b
+    BOOST_TEST(saved.values.empty());
+
+    auto copy_vars = make_variables();
+    for (std::size_t i = 0; i < 2; ++i) copy_vars[i].assign(vars[i].value());
+    SGD restored({.learning_rate = 0.05f, .momentum = 0.9f, .nesterov = true});
+    restored.load_state(saved, copy_vars);
+    BOOST_TEST((restored.state() == saved));
+    original.apply(step_gradients(2), vars);
+    restored.apply(step_gradients(2), copy_vars);
+    BOOST_TEST(weights(copy_vars) == weights(vars), tt::per_element());
+
+    // A state saved before the first step resets a built optimizer's slots to zero.
+    SGD fresh({.momentum = 0.9f});
+    restored.load_state(fresh.state(), copy_vars);
+    BOOST_TEST(restored.iterations() == 0);
+    for (const auto& slot : restored.slots())
+        for (float x : slot.values) BOOST_TEST(x == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(load_state_checks_before_it_changes_anything) {
+    auto vars = make_variables();
+    Adam amsgrad({.amsgrad = true});
+    amsgrad.apply(step_gradients(0), vars);
+    Adam target;
+    target.apply(step_gradients(0), vars);
+    target.apply(step_gradients(1), vars);
+    const OptimizerState before = target.state();
+    const auto refused = [&](const OptimizerState& s, const std::string& part) {
+        const std::string message = message_of([&] { target.load_state(s, vars); });
+        BOOST_TEST((target.state() == before));
+        return contains(message, part);
+    };
+    OptimizerState s = before;
+    s.kind = "sgd";
+    BOOST_TEST(refused(s, "the state is of optimizer 'sgd', this optimizer is 'adam'"));
+    BOOST_TEST(refused(amsgrad.state(), "the state has slot 'v_max' of variable 0, the optimizer has not"));
+    s = before;
+    s.values.push_back({"loss_scale/scale", 8.0});
+    BOOST_TEST(refused(s, "value 'loss_scale/scale', which optimizer 'adam' does not keep"));
+    s = before;
+    s.iterations = -1;
+    BOOST_TEST(refused(s, "negative iteration count -1"));
+    s = before;
+    s.slots[0].values.pop_back();
+    BOOST_TEST(refused(s, "slot 'm' of variable 0 has 2 values, variable 'a' 3"));
+    s = before;
+    s.slots.push_back(s.slots[0]);
+    BOOST_TEST(refused(s, "slot 'm' of variable 0 appears twice"));
+    s = before;
+    s.slots[1].variable = 5;
+    BOOST_TEST(refused(s, "slot 'm' of variable 5: there are 2 variables"));
+    s = before;
+    s.slots.pop_back();
+    BOOST_TEST(refused(s, "the optimizer has slot 'v' of variable 1, the state has not"));
+    s = before;
+    s.built = false;
+    BOOST_TEST(refused(s, "never built cannot have slots"));
+    BOOST_TEST(refused(before, "")); // and the state itself loads
 }
 
 BOOST_AUTO_TEST_CASE(mismatched_counts_and_sizes) {

@@ -4,8 +4,6 @@
 #include <mixprec/models/io/files.hpp>
 #include <mixprec/models/io/serialization.hpp>
 
-#include <mixprec/amp/loss_scale_optimizer.hpp>
-
 #include <mixprec/version.hpp>
 
 #include <cereal/archives/portable_binary.hpp>
@@ -13,7 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <istream>
-#include <map>
 #include <ostream>
 #include <streambuf>
 #include <utility>
@@ -79,15 +76,20 @@ class MemorySource final : public std::streambuf {
     std::size_t left() const { return static_cast<std::size_t>(egptr() - gptr()); }
 };
 
-/// A PortableBinary input archive whose loads check every length against the bytes left.
-class BoundedInputArchive final : public cereal::PortableBinaryInputArchive, public serialization::ByteBudget {
+/// A PortableBinary input archive of a checkpoint's body: its loads check every length against the
+/// bytes left, and read the structs as the file's format wrote them.
+class BodyArchive final : public cereal::PortableBinaryInputArchive,
+                          public serialization::ByteBudget,
+                          public serialization::ArchiveFormat {
   public:
-    BoundedInputArchive(std::istream& in, const MemorySource& source)
-        : cereal::PortableBinaryInputArchive(in), source_(source) {}
+    BodyArchive(std::istream& in, const MemorySource& source, std::uint32_t format_version)
+        : cereal::PortableBinaryInputArchive(in), source_(source), format_version_(format_version) {}
     std::size_t bytes_left() const override { return source_.left(); }
+    std::uint32_t format_version() const override { return format_version_; }
 
   private:
     const MemorySource& source_;
+    std::uint32_t format_version_;
 };
 
 // ---- the body ----
@@ -95,7 +97,7 @@ class BoundedInputArchive final : public cereal::PortableBinaryInputArchive, pub
 struct Body {
     CheckpointInfo info;
     std::vector<std::vector<float>> masters;
-    OptimizerSnapshot optimizer;
+    optim::OptimizerState optimizer;
     std::optional<TrainingState> state;
 };
 
@@ -113,9 +115,9 @@ std::string in_quotes(std::string_view s) {
     return q;
 }
 
-/// Throws std::invalid_argument unless every slot of `snapshot` fits the trainable variables.
-void check_slots_fit(const OptimizerSnapshot& snapshot, const std::vector<Variable>& trainable) {
-    for (const SlotSnapshot& slot : snapshot.slots) {
+/// Throws std::invalid_argument unless every slot of `saved` fits the trainable variables.
+void check_slots_fit(const optim::OptimizerState& saved, const std::vector<Variable>& trainable) {
+    for (const optim::SlotState& slot : saved.slots) {
         std::string where = "save_checkpoint: the optimizer's slot ";
         where += in_quotes(slot.name) + " of variable " + std::to_string(slot.variable);
         if (slot.variable >= trainable.size())
@@ -132,14 +134,14 @@ void check_slots_fit(const OptimizerSnapshot& snapshot, const std::vector<Variab
 
 std::vector<std::uint8_t> encode(const std::vector<Variable>& variables, std::string_view policy,
                                  const optim::Optimizer& optimizer, const TrainingState* state) {
-    OptimizerSnapshot snapshot = snapshot_optimizer(optimizer);
-    check_slots_fit(snapshot, trainable_of(variables));
+    const optim::OptimizerState saved = optimizer.state();
+    check_slots_fit(saved, trainable_of(variables));
 
     CheckpointInfo info;
     info.mixprec_version = MIXPREC_VERSION_STRING;
     info.policy = std::string(policy);
-    info.optimizer_kind = snapshot.kind;
-    info.iterations = snapshot.iterations;
+    info.optimizer_kind = saved.kind;
+    info.iterations = saved.iterations;
     info.has_training_state = state != nullptr;
     if (state) info.epoch = state->epoch, info.step = state->step;
     for (const Variable& v : variables) info.variables.push_back({v.name(), v.shape(), v.trainable()});
@@ -157,7 +159,7 @@ std::vector<std::uint8_t> encode(const std::vector<Variable>& variables, std::st
             ar(static_cast<std::uint64_t>(values.size()));
             ar(cereal::binary_data(values.data(), values.size_bytes()));
         }
-        ar(snapshot);
+        ar(saved);
         if (state) ar(*state);
     }
     put_le<std::uint64_t>(out, 12, out.size() - prefix_bytes);
@@ -199,7 +201,7 @@ Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool hea
     std::istream stream(&source);
     Body body;
     try {
-        BoundedInputArchive ar(stream, source);
+        BodyArchive ar(stream, source, version);
         ar(body.info);
         if (body.info.format_version != version)
             fail("the header says format version " + std::to_string(body.info.format_version) + ", the file " +
@@ -260,114 +262,6 @@ void check_model(const CheckpointInfo& info, const std::vector<Variable>& variab
              std::to_string(variables.size()) + (variables.empty() ? " (is it built?)" : ""));
 }
 
-// ---- optimizer restore: checks first, then changes ----
-
-using SlotKey = std::pair<std::string, std::uint64_t>;
-
-std::string slot_text(const SlotKey& key) {
-    return "slot " + in_quotes(key.first) + " of variable " + std::to_string(key.second);
-}
-
-/// Throws unless the optimizer's current slots are exactly the snapshot's (names, variables, sizes).
-void check_same_slots(const std::vector<optim::Optimizer::Slot>& current, const std::vector<SlotSnapshot>& saved) {
-    std::map<SlotKey, std::size_t> have;
-    for (const auto& s : current) have[{s.name, s.variable}] = s.values.size();
-    std::map<SlotKey, std::size_t> want;
-    for (const auto& s : saved) want[{s.name, s.variable}] = s.values.size();
-    for (const auto& [key, size] : want) {
-        const auto it = have.find(key);
-        if (it == have.end()) fail("the checkpoint has optimizer " + slot_text(key) + ", the optimizer has not");
-        if (it->second != size)
-            fail("optimizer " + slot_text(key) + " has " + std::to_string(size) + " values in the checkpoint, " +
-                 std::to_string(it->second) + " in the optimizer");
-    }
-    for (const auto& [key, size] : have)
-        if (!want.contains(key)) fail("the optimizer has " + slot_text(key) + ", the checkpoint has not");
-}
-
-struct OptimizerRestore {
-    optim::Optimizer& optimizer;
-    const OptimizerSnapshot& snapshot;
-    const std::vector<Variable>& variables;
-    amp::LossScaleOptimizer* loss_scaled = nullptr;
-    std::optional<amp::LossScale> scale;
-};
-
-OptimizerRestore prepare_restore(optim::Optimizer& optimizer, const OptimizerSnapshot& snapshot,
-                                 const std::vector<Variable>& variables) {
-    OptimizerRestore r{optimizer, snapshot, variables, nullptr, std::nullopt};
-    if (snapshot.kind != optimizer.kind())
-        fail("the checkpoint holds optimizer " + in_quotes(snapshot.kind) + ", the optimizer given is " +
-             in_quotes(optimizer.kind()));
-    if (snapshot.iterations < 0) fail("negative iteration count " + std::to_string(snapshot.iterations));
-    r.loss_scaled = dynamic_cast<amp::LossScaleOptimizer*>(&optimizer);
-    if (r.loss_scaled && !snapshot.loss_scale)
-        fail("the checkpoint holds no loss-scale state for " + in_quotes(snapshot.kind));
-    if (!r.loss_scaled && snapshot.loss_scale)
-        fail("the checkpoint holds loss-scale state, but the optimizer is no LossScaleOptimizer");
-    if (snapshot.loss_scale) {
-        const LossScaleSnapshot& ls = *snapshot.loss_scale;
-        try {
-            r.scale.emplace(ls.options);
-            r.scale->set_state(ls.state);
-        } catch (const std::invalid_argument& e) {
-            fail(std::string("invalid loss scale: ") + e.what());
-        }
-        if (ls.skipped_steps < 0) fail("negative skipped step count " + std::to_string(ls.skipped_steps));
-    }
-    if (!snapshot.built && !snapshot.slots.empty()) fail("an optimizer that was never built cannot have slots");
-    std::map<SlotKey, bool> seen;
-    for (const SlotSnapshot& slot : snapshot.slots) {
-        const SlotKey key{slot.name, slot.variable};
-        if (!seen.emplace(key, true).second) fail("optimizer " + slot_text(key) + " appears twice");
-        if (slot.variable >= variables.size())
-            fail("optimizer " + slot_text(key) + ": there are " + std::to_string(variables.size()) +
-                 " trainable variables");
-        const Variable& v = variables[slot.variable];
-        if (slot.values.size() != v.value().size())
-            fail("optimizer " + slot_text(key) + " has " + std::to_string(slot.values.size()) + " values, variable " +
-                 in_quotes(v.name()) + " " + std::to_string(v.value().size()));
-    }
-    if (optimizer.built()) {
-        try {
-            optimizer.build(variables); // built already: only checks the variables
-        } catch (const std::invalid_argument& e) {
-            fail(std::string("the optimizer was built for other variables: ") + e.what());
-        }
-        if (snapshot.built) check_same_slots(optimizer.slots(), snapshot.slots);
-    }
-    return r;
-}
-
-void commit_restore(OptimizerRestore& r) {
-    optim::Optimizer& opt = r.optimizer;
-    if (r.snapshot.built) {
-        if (!opt.built()) {
-            try {
-                opt.build(r.variables);
-            } catch (const std::invalid_argument& e) {
-                fail(std::string("cannot build the optimizer: ") + e.what());
-            }
-            check_same_slots(opt.slots(), r.snapshot.slots); // the one check that needs a built optimizer
-        }
-        for (const SlotSnapshot& slot : r.snapshot.slots) {
-            const std::span<float> target = opt.slot_data(slot.name, static_cast<std::size_t>(slot.variable));
-            std::copy(slot.values.begin(), slot.values.end(), target.begin());
-        }
-    } else if (opt.built()) { // saved before the first step: slots as a fresh optimizer has them
-        for (const auto& slot : opt.slots()) {
-            const std::span<float> target = opt.slot_data(slot.name, slot.variable);
-            std::fill(target.begin(), target.end(), 0.0f);
-        }
-    }
-    opt.set_iterations(r.snapshot.iterations);
-    if (r.loss_scaled) {
-        const LossScaleSnapshot& ls = *r.snapshot.loss_scale;
-        r.loss_scaled->loss_scale() = *r.scale;
-        r.loss_scaled->set_counters(ls.skipped_steps, ls.last_step_skipped, ls.last_gradient_norm);
-    }
-}
-
 /// Runs f, prefixing the message of a checkpoint_error or file_error with `where` (as a checkpoint_error).
 template <class F>
 auto located(const std::string& where, F f) {
@@ -397,10 +291,13 @@ void load_from(std::span<const std::uint8_t> bytes, const std::vector<Variable>&
     const Body body = decode(bytes, version, false);
     check_model(body.info, variables, policy);
     if (state && !body.state) fail("the checkpoint holds no training state");
-    const std::vector<Variable> trainable = trainable_of(variables);
-    OptimizerRestore restore = prepare_restore(optimizer, body.optimizer, trainable);
-    // Everything matched: now change things, the optimizer first (its build is the only step that can fail).
-    commit_restore(restore);
+    // Everything matched: now change things, the optimizer first (it checks before it changes anything, and
+    // nothing after it can fail).
+    try {
+        optimizer.load_state(body.optimizer, trainable_of(variables));
+    } catch (const std::invalid_argument& e) {
+        fail(std::string("the optimizer's state does not fit: ") + e.what());
+    }
     for (std::size_t i = 0; i < variables.size(); ++i) {
         Variable v = variables[i];
         v.assign(autodiff::Tensor::from_floats(v.shape(), body.masters[i]));
@@ -432,25 +329,6 @@ std::string CheckpointInfo::to_string() const {
         s += v.trainable ? "\n" : " (not trainable)\n";
     }
     return s;
-}
-
-OptimizerSnapshot snapshot_optimizer(const optim::Optimizer& optimizer) {
-    OptimizerSnapshot s;
-    s.kind = optimizer.kind();
-    s.iterations = optimizer.iterations();
-    s.built = optimizer.built();
-    for (const auto& slot : optimizer.slots())
-        s.slots.push_back({slot.name, slot.variable, std::vector<float>(slot.values.begin(), slot.values.end())});
-    if (const auto* lso = dynamic_cast<const amp::LossScaleOptimizer*>(&optimizer))
-        s.loss_scale = LossScaleSnapshot{lso->loss_scale().options(), lso->loss_scale().state(), lso->skipped_steps(),
-                                         lso->last_step_skipped(), lso->last_gradient_norm()};
-    return s;
-}
-
-void restore_optimizer(optim::Optimizer& optimizer, const OptimizerSnapshot& snapshot,
-                       const std::vector<autodiff::Variable>& variables) {
-    OptimizerRestore restore = prepare_restore(optimizer, snapshot, variables);
-    commit_restore(restore);
 }
 
 std::vector<std::uint8_t> checkpoint_bytes(const std::vector<autodiff::Variable>& variables, std::string_view policy,

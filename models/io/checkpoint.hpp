@@ -16,7 +16,8 @@
 ///   offset 20+B uint32    CRC-32C of every byte before it
 ///
 /// The body begins with a small header (CheckpointInfo: mixprec version, policy, optimizer kind, variable
-/// names and shapes) that read_checkpoint_info returns without touching a model.
+/// names and shapes) that read_checkpoint_info returns without touching a model. The optimizer is saved
+/// as Optimizer::state() gives it and restored by Optimizer::load_state, whatever optimizer it is.
 ///
 /// Writing is atomic: the file is written to "<path>.tmp" in the same directory, flushed to disk (fsync of
 /// the file, then of the directory) and renamed over `path`; a crash at any moment leaves the old file or
@@ -52,8 +53,11 @@ class checkpoint_error : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-/// The format this version of mixprec writes, and the newest it reads.
-inline constexpr std::uint32_t checkpoint_format_version = 1;
+/// The format this version of mixprec writes, and the newest it reads. Every older format is read too:
+///   1  mixprec 0.1.0
+///   2  mixprec 0.2.0: every struct carries a version of its own; the optimizer is saved as
+///      Optimizer::state() gives it, a LossScaleOptimizer's scale and counters among its named values
+inline constexpr std::uint32_t checkpoint_format_version = 2;
 /// Larger files are refused before they are read.
 inline constexpr std::uint64_t max_checkpoint_bytes = std::uint64_t{4} << 30; // 4 GiB
 
@@ -68,7 +72,7 @@ struct VariableInfo {
 /// The readable header of a checkpoint.
 struct CheckpointInfo {
     std::uint32_t format_version = checkpoint_format_version;
-    std::string mixprec_version; ///< of the program that wrote it, "0.1.0"
+    std::string mixprec_version; ///< of the program that wrote it, "0.2.0"
     std::string policy;          ///< "float32", "mixed_float16", ...
     std::string optimizer_kind;  ///< Optimizer::kind(): "sgd", "adam", "loss_scale(adam)", ...
     std::int64_t iterations = 0; ///< applied optimizer steps (the schedule's position)
@@ -77,50 +81,10 @@ struct CheckpointInfo {
     std::int64_t step = 0;  ///< TrainingState::step (0 without a training state)
     std::vector<VariableInfo> variables;
 
-    /// A few lines for people: "mixprec checkpoint, format 1, written by mixprec 0.1.0\n  policy ...".
+    /// A few lines for people: "mixprec checkpoint, format 2, written by mixprec 0.2.0\n  policy ...".
     std::string to_string() const;
     friend bool operator==(const CheckpointInfo&, const CheckpointInfo&) = default;
 };
-
-/// One slot of one variable, as Optimizer::slots() gives it.
-struct SlotSnapshot {
-    std::string name;           ///< "momentum", "m", "v", "v_max"
-    std::uint64_t variable = 0; ///< position among the optimizer's variables
-    std::vector<float> values;
-    friend bool operator==(const SlotSnapshot&, const SlotSnapshot&) = default;
-};
-
-/// What an amp::LossScaleOptimizer keeps besides its inner optimizer.
-struct LossScaleSnapshot {
-    amp::LossScaleOptions options;
-    amp::LossScaleState state;
-    std::int64_t skipped_steps = 0;
-    bool last_step_skipped = false;
-    double last_gradient_norm = 0;
-};
-
-/// The whole state of an optimizer (amp::LossScaleOptimizer included), detached from it.
-struct OptimizerSnapshot {
-    std::string kind; ///< Optimizer::kind()
-    std::int64_t iterations = 0;
-    bool built = false;                          ///< false: no step was taken and no slot exists yet
-    std::vector<SlotSnapshot> slots;             ///< every slot of every variable, in Optimizer::slots() order
-    std::optional<LossScaleSnapshot> loss_scale; ///< set exactly for an amp::LossScaleOptimizer
-};
-
-/// Copies the state of `optimizer` (its slots, iteration count and, for an amp::LossScaleOptimizer, the
-/// loss-scale options, state and counters).
-OptimizerSnapshot snapshot_optimizer(const optim::Optimizer& optimizer);
-
-/// Puts `snapshot` back into `optimizer`, whose variables are `variables` (those it is applied to, in the
-/// same order). Checks first, changing nothing on failure: the kinds must be equal, every slot must name
-/// a variable of the right size and, when the optimizer is already built, match its slots one for one.
-/// An optimizer that is not built yet is built first; if its slots then differ from the snapshot's (the
-/// same kind with other options: SGD with and without momentum), the load fails and leaves it built with
-/// zero slots and its old iteration count, which behaves exactly as the unbuilt one.
-/// checkpoint_error for any mismatch (naming both sides).
-void restore_optimizer(optim::Optimizer& optimizer, const OptimizerSnapshot& snapshot,
-                       const std::vector<autodiff::Variable>& variables);
 
 /// Options of save_checkpoint.
 struct SaveOptions {
@@ -147,7 +111,7 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<autodi
 /// otherwise checkpoint_error says what differs (the variable, both shapes; both kinds; both policies).
 /// Also checkpoint_error for a file that is missing, unreadable, larger than max_checkpoint_bytes, of a
 /// newer format version, damaged (checksum) or malformed. On any error nothing is changed (see
-/// restore_optimizer for the one exception: an unbuilt optimizer may be left built with zero slots).
+/// Optimizer::load_state for the one exception: an unbuilt optimizer may be left built with zero slots).
 /// Working copies are re-derived from the restored masters on their next read.
 void load_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                      std::string_view policy, optim::Optimizer& optimizer, TrainingState* state = nullptr);

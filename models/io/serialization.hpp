@@ -5,25 +5,32 @@
 ///   #include <cereal/archives/portable_binary.hpp>
 ///   #include <mixprec/models/io/serialization.hpp>
 ///   cereal::PortableBinaryOutputArchive out(stream);
-///   out(state, optimizer_snapshot);            // TrainingState, models::snapshot_optimizer(opt)
+///   out(state, optimizer.state());             // TrainingState, optim::OptimizerState
 ///
-/// Covered: autodiff::Rng, amp::LossScaleOptions, amp::LossScaleState, TrainingState, SlotSnapshot,
-/// LossScaleSnapshot, OptimizerSnapshot, VariableInfo and CheckpointInfo. Binary archives (Binary,
-/// PortableBinary) and text archives (JSON, XML) both work; fields are named for the text ones.
+/// Covered: autodiff::Rng, TrainingState, optim::StateValue, optim::SlotState, optim::OptimizerState (a
+/// LossScaleOptimizer's scale and counters among its values), VariableInfo and CheckpointInfo. Binary
+/// archives (Binary, PortableBinary) and text archives (JSON, XML) both work; fields are named for the
+/// text ones.
+///
+/// Every struct begins with its version (uint32, struct_version): a struct whose layout changes gets the
+/// next version, and loading keeps reading every older one. Checkpoint format 1 wrote no versions: an
+/// archive that says it reads format 1 (ArchiveFormat) has every struct at version 1.
 ///
 /// The schema uses fixed-width integers only: counts and lengths are uint64, flags and enums uint8.
 /// Loading never trusts a size field: strings are limited to max_text_bytes, counts to max_entries and
 /// shapes to Shape's limits before anything is allocated; float arrays are read in bounded chunks, so a
 /// lying length fails when the data runs out instead of allocating what it claims. An archive that
 /// also derives from ByteBudget (as checkpoint files are read) has every length checked against the
-/// bytes that are left. Bad values (a flag other than 0/1, an unknown enum value, a shape over the
-/// limits) are a checkpoint_error naming the field; data that runs out is cereal::Exception.
+/// bytes that are left. Bad values (a flag other than 0/1, an unknown enum value or version, a shape
+/// over the limits) are a checkpoint_error naming the field; data that runs out is cereal::Exception.
 ///
 /// Include this header from .cpp files only (it brings in cereal).
 
 #include <mixprec/models/io/checkpoint.hpp>
 
+#include <mixprec/amp/loss_scale_optimizer.hpp>
 #include <mixprec/autodiff/tensor/errors.hpp>
+#include <mixprec/optim/optimizer_state.hpp>
 
 #include <cereal/cereal.hpp>
 #include <cereal/types/string.hpp>
@@ -36,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace mixprec::models::serialization {
@@ -60,6 +68,21 @@ std::optional<std::size_t> bytes_left(const Archive& ar) {
     return std::nullopt;
 }
 
+/// Mixed into an input archive that reads a checkpoint of a known format (checkpoint_format_version).
+class ArchiveFormat {
+  public:
+    virtual ~ArchiveFormat() = default;
+    virtual std::uint32_t format_version() const = 0;
+};
+
+/// The version each struct is written at. Raise it when the struct's layout changes, and teach its load
+/// to read every older version.
+template <class T>
+inline constexpr std::uint32_t struct_version = 1;
+/// 2: extra state as named values (StateValue) instead of an optional amp::LossScaleSnapshot.
+template <>
+inline constexpr std::uint32_t struct_version<optim::OptimizerState> = 2;
+
 /// Whether `Archive` is a text archive (JSON, XML), which stores strings and arrays its own way.
 template <class Archive>
 inline constexpr bool is_text = cereal::traits::is_text_archive<Archive>::value;
@@ -70,6 +93,24 @@ inline constexpr bool is_text = cereal::traits::is_text_archive<Archive>::value;
     message += ": ";
     message += why;
     throw checkpoint_error(message);
+}
+
+/// Writes struct_version<T>, the version a struct of type T begins with.
+template <class T, class Archive>
+void save_version(Archive& ar) {
+    ar(cereal::make_nvp("version", struct_version<T>));
+}
+/// Reads the version a struct of type T begins with: 1 without reading anything for an archive of
+/// checkpoint format 1; checkpoint_error naming `what` for 0 or a version newer than struct_version<T>.
+template <class T, class Archive>
+std::uint32_t load_version(Archive& ar, const char* what) {
+    if (const auto* format = dynamic_cast<const ArchiveFormat*>(&ar); format && format->format_version() < 2) return 1;
+    std::uint32_t v = 0;
+    ar(cereal::make_nvp("version", v));
+    if (v == 0 || v > struct_version<T>)
+        bad_field(std::string(what) + " version", std::to_string(v) + " is not one this mixprec reads (1 to " +
+                                                      std::to_string(struct_version<T>) + ")");
+    return v;
 }
 
 /// Reads a count (uint64) of entries that take at least `bytes_each` bytes each. checkpoint_error naming
@@ -188,6 +229,42 @@ autodiff::Shape load_shape(Archive& ar, const std::string& what) {
     }
 }
 
+/// Checkpoint format 1 kept a LossScaleOptimizer's options, state and counters in this fixed layout after
+/// the optimizer's slots; read only (later formats keep them as the optimizer's named values). Checks the
+/// enums and flags; the other values are checked when the optimizer loads them.
+template <class Archive>
+amp::LossScaleSnapshot load_format1_loss_scale(Archive& ar) {
+    amp::LossScaleSnapshot s;
+    amp::LossScaleOptions& o = s.options;
+    std::uint8_t rule = 0, at_min = 0;
+    ar(cereal::make_nvp("rule", rule));
+    const std::optional<amp::ScaleRule> known = amp::scale_rule_at(rule);
+    if (!known) bad_field("loss scale rule", "unknown value " + std::to_string(rule));
+    o.rule = *known;
+    o.dynamic = load_flag(ar, "dynamic");
+    ar(cereal::make_nvp("initial_scale", o.initial_scale), cereal::make_nvp("growth_interval", o.growth_interval),
+       cereal::make_nvp("growth_factor", o.growth_factor), cereal::make_nvp("backoff_factor", o.backoff_factor),
+       cereal::make_nvp("hysteresis", o.hysteresis));
+    o.consecutive_hysteresis = load_flag(ar, "consecutive_hysteresis");
+    ar(cereal::make_nvp("min_scale", o.min_scale), cereal::make_nvp("max_scale", o.max_scale),
+       cereal::make_nvp("at_min_scale", at_min));
+    if (at_min > static_cast<std::uint8_t>(amp::AtMinScale::raise))
+        bad_field("loss scale at_min_scale", "unknown value " + std::to_string(at_min));
+    o.at_min_scale = static_cast<amp::AtMinScale>(at_min);
+    ar(cereal::make_nvp("overflow_tolerance", o.overflow_tolerance),
+       cereal::make_nvp("decrease_every", o.decrease_every));
+    amp::LossScaleState& t = s.state;
+    ar(cereal::make_nvp("scale", t.scale), cereal::make_nvp("growth_counter", t.growth_counter),
+       cereal::make_nvp("hysteresis_left", t.hysteresis_left), cereal::make_nvp("iteration", t.iteration),
+       cereal::make_nvp("last_overflow", t.last_overflow), cereal::make_nvp("overflows_counted", t.overflows_counted),
+       cereal::make_nvp("unclamped_scale", t.unclamped_scale), cereal::make_nvp("growths", t.growths),
+       cereal::make_nvp("backoffs", t.backoffs));
+    ar(cereal::make_nvp("skipped_steps", s.skipped_steps));
+    s.last_step_skipped = load_flag(ar, "last_step_skipped");
+    ar(cereal::make_nvp("last_gradient_norm", s.last_gradient_norm));
+    return s;
+}
+
 } // namespace mixprec::models::serialization
 
 // Non-member functions in namespace cereal: found for every cereal archive (argument-dependent lookup
@@ -196,60 +273,29 @@ namespace cereal {
 
 template <class Archive>
 void save(Archive& ar, const mixprec::autodiff::Rng& rng) {
+    mixprec::models::serialization::save_version<mixprec::autodiff::Rng>(ar);
     const auto& s = rng.state();
     ar(make_nvp("s0", s[0]), make_nvp("s1", s[1]), make_nvp("s2", s[2]), make_nvp("s3", s[3]));
 }
 template <class Archive>
 void load(Archive& ar, mixprec::autodiff::Rng& rng) {
+    mixprec::models::serialization::load_version<mixprec::autodiff::Rng>(ar, "random generator");
     std::array<std::uint64_t, 4> s{};
     ar(make_nvp("s0", s[0]), make_nvp("s1", s[1]), make_nvp("s2", s[2]), make_nvp("s3", s[3]));
     rng.set_state(s);
 }
 
 template <class Archive>
-void save(Archive& ar, const mixprec::amp::LossScaleOptions& o) {
-    ar(make_nvp("rule", static_cast<std::uint8_t>(o.rule)));
-    mixprec::models::serialization::save_flag(ar, "dynamic", o.dynamic);
-    ar(make_nvp("initial_scale", o.initial_scale), make_nvp("growth_interval", o.growth_interval),
-       make_nvp("growth_factor", o.growth_factor), make_nvp("backoff_factor", o.backoff_factor),
-       make_nvp("hysteresis", o.hysteresis));
-    mixprec::models::serialization::save_flag(ar, "consecutive_hysteresis", o.consecutive_hysteresis);
-    ar(make_nvp("min_scale", o.min_scale), make_nvp("max_scale", o.max_scale),
-       make_nvp("at_min_scale", static_cast<std::uint8_t>(o.at_min_scale)),
-       make_nvp("overflow_tolerance", o.overflow_tolerance), make_nvp("decrease_every", o.decrease_every));
+void save(Archive& ar, const mixprec::models::TrainingState& s) {
+    mixprec::models::serialization::save_version<mixprec::models::TrainingState>(ar);
+    ar(make_nvp("epoch", s.epoch), make_nvp("step", s.step), make_nvp("batch_in_epoch", s.batch_in_epoch),
+       make_nvp("shuffle_rng", s.shuffle_rng), make_nvp("dropout_rng", s.dropout_rng), make_nvp("init_rng", s.init_rng),
+       make_nvp("epoch_loss_sum", s.epoch_loss_sum), make_nvp("epoch_examples", s.epoch_examples),
+       make_nvp("epoch_correct", s.epoch_correct));
 }
-/// Checks the enums; the other values are checked when a LossScale is built from them.
 template <class Archive>
-void load(Archive& ar, mixprec::amp::LossScaleOptions& o) {
-    using mixprec::models::serialization::bad_field;
-    std::uint8_t rule = 0, at_min = 0;
-    ar(make_nvp("rule", rule));
-    const std::optional<mixprec::amp::ScaleRule> known = mixprec::amp::scale_rule_at(rule);
-    if (!known) bad_field("loss scale rule", "unknown value " + std::to_string(rule));
-    o.rule = *known;
-    o.dynamic = mixprec::models::serialization::load_flag(ar, "dynamic");
-    ar(make_nvp("initial_scale", o.initial_scale), make_nvp("growth_interval", o.growth_interval),
-       make_nvp("growth_factor", o.growth_factor), make_nvp("backoff_factor", o.backoff_factor),
-       make_nvp("hysteresis", o.hysteresis));
-    o.consecutive_hysteresis = mixprec::models::serialization::load_flag(ar, "consecutive_hysteresis");
-    ar(make_nvp("min_scale", o.min_scale), make_nvp("max_scale", o.max_scale), make_nvp("at_min_scale", at_min));
-    if (at_min > static_cast<std::uint8_t>(mixprec::amp::AtMinScale::raise))
-        bad_field("loss scale at_min_scale", "unknown value " + std::to_string(at_min));
-    o.at_min_scale = static_cast<mixprec::amp::AtMinScale>(at_min);
-    ar(make_nvp("overflow_tolerance", o.overflow_tolerance), make_nvp("decrease_every", o.decrease_every));
-}
-
-template <class Archive>
-void serialize(Archive& ar, mixprec::amp::LossScaleState& s) {
-    ar(make_nvp("scale", s.scale), make_nvp("growth_counter", s.growth_counter),
-       make_nvp("hysteresis_left", s.hysteresis_left), make_nvp("iteration", s.iteration),
-       make_nvp("last_overflow", s.last_overflow), make_nvp("overflows_counted", s.overflows_counted),
-       make_nvp("unclamped_scale", s.unclamped_scale), make_nvp("growths", s.growths),
-       make_nvp("backoffs", s.backoffs));
-}
-
-template <class Archive>
-void serialize(Archive& ar, mixprec::models::TrainingState& s) {
+void load(Archive& ar, mixprec::models::TrainingState& s) {
+    mixprec::models::serialization::load_version<mixprec::models::TrainingState>(ar, "training state");
     ar(make_nvp("epoch", s.epoch), make_nvp("step", s.step), make_nvp("batch_in_epoch", s.batch_in_epoch),
        make_nvp("shuffle_rng", s.shuffle_rng), make_nvp("dropout_rng", s.dropout_rng), make_nvp("init_rng", s.init_rng),
        make_nvp("epoch_loss_sum", s.epoch_loss_sum), make_nvp("epoch_examples", s.epoch_examples),
@@ -257,45 +303,73 @@ void serialize(Archive& ar, mixprec::models::TrainingState& s) {
 }
 
 template <class Archive>
-void save(Archive& ar, const mixprec::models::SlotSnapshot& s) {
-    mixprec::models::serialization::save_text(ar, "name", s.name);
-    ar(make_nvp("variable", s.variable));
-    mixprec::models::serialization::save_floats(ar, "values", s.values);
-}
-template <class Archive>
-void load(Archive& ar, mixprec::models::SlotSnapshot& s) {
-    mixprec::models::serialization::load_text(ar, "name", s.name);
-    ar(make_nvp("variable", s.variable));
-    mixprec::models::serialization::load_floats(ar, "values", "slot '" + s.name + "' values", s.values);
-}
-
-template <class Archive>
-void save(Archive& ar, const mixprec::models::LossScaleSnapshot& s) {
-    ar(make_nvp("options", s.options), make_nvp("state", s.state), make_nvp("skipped_steps", s.skipped_steps));
-    mixprec::models::serialization::save_flag(ar, "last_step_skipped", s.last_step_skipped);
-    ar(make_nvp("last_gradient_norm", s.last_gradient_norm));
-}
-template <class Archive>
-void load(Archive& ar, mixprec::models::LossScaleSnapshot& s) {
-    ar(make_nvp("options", s.options), make_nvp("state", s.state), make_nvp("skipped_steps", s.skipped_steps));
-    s.last_step_skipped = mixprec::models::serialization::load_flag(ar, "last_step_skipped");
-    ar(make_nvp("last_gradient_norm", s.last_gradient_norm));
-}
-
-template <class Archive>
-void save(Archive& ar, const mixprec::models::OptimizerSnapshot& s) {
+void save(Archive& ar, const mixprec::optim::SlotState& s) {
     namespace ser = mixprec::models::serialization;
+    ser::save_version<mixprec::optim::SlotState>(ar);
+    ser::save_text(ar, "name", s.name);
+    ar(make_nvp("variable", s.variable));
+    ser::save_floats(ar, "values", s.values);
+}
+template <class Archive>
+void load(Archive& ar, mixprec::optim::SlotState& s) {
+    namespace ser = mixprec::models::serialization;
+    ser::load_version<mixprec::optim::SlotState>(ar, "optimizer slot");
+    ser::load_text(ar, "name", s.name);
+    ar(make_nvp("variable", s.variable));
+    ser::load_floats(ar, "values", "slot '" + s.name + "' values", s.values);
+}
+
+/// A value: name, kind (0 integer, 1 real), then the int64 or the double.
+template <class Archive>
+void save(Archive& ar, const mixprec::optim::StateValue& v) {
+    namespace ser = mixprec::models::serialization;
+    ser::save_version<mixprec::optim::StateValue>(ar);
+    ser::save_text(ar, "name", v.name);
+    ar(make_nvp("kind", static_cast<std::uint8_t>(v.value.index())));
+    if (const auto* i = std::get_if<std::int64_t>(&v.value))
+        ar(make_nvp("integer", *i));
+    else
+        ar(make_nvp("real", std::get<double>(v.value)));
+}
+template <class Archive>
+void load(Archive& ar, mixprec::optim::StateValue& v) {
+    namespace ser = mixprec::models::serialization;
+    ser::load_version<mixprec::optim::StateValue>(ar, "optimizer value");
+    ser::load_text(ar, "name", v.name);
+    std::uint8_t kind = 0;
+    ar(make_nvp("kind", kind));
+    if (kind == 0) {
+        std::int64_t i = 0;
+        ar(make_nvp("integer", i));
+        v.value = i;
+    } else if (kind == 1) {
+        double d = 0;
+        ar(make_nvp("real", d));
+        v.value = d;
+    } else {
+        ser::bad_field("optimizer value '" + v.name + "' kind",
+                       "must be 0 (integer) or 1 (real), got " + std::to_string(kind));
+    }
+}
+
+template <class Archive>
+void save(Archive& ar, const mixprec::optim::OptimizerState& s) {
+    namespace ser = mixprec::models::serialization;
+    ser::save_version<mixprec::optim::OptimizerState>(ar);
     ser::save_text(ar, "kind", s.kind);
     ar(make_nvp("iterations", s.iterations));
     ser::save_flag(ar, "built", s.built);
     ar(make_nvp("slot_count", static_cast<std::uint64_t>(s.slots.size())));
     for (const auto& slot : s.slots) ar(make_nvp("slot", slot));
-    ser::save_flag(ar, "has_loss_scale", s.loss_scale.has_value());
-    if (s.loss_scale) ar(make_nvp("loss_scale", *s.loss_scale));
+    ar(make_nvp("value_count", static_cast<std::uint64_t>(s.values.size())));
+    for (const auto& value : s.values) ar(make_nvp("value", value));
 }
+/// Version 1 (checkpoint format 1) kept a LossScaleOptimizer's state as an optional LossScaleSnapshot
+/// after the slots; it is read into the values that amp::loss_scale_values gives.
 template <class Archive>
-void load(Archive& ar, mixprec::models::OptimizerSnapshot& s) {
+void load(Archive& ar, mixprec::optim::OptimizerState& s) {
     namespace ser = mixprec::models::serialization;
+    const std::uint32_t version = ser::load_version<mixprec::optim::OptimizerState>(ar, "optimizer state");
     ser::load_text(ar, "kind", s.kind);
     ar(make_nvp("iterations", s.iterations));
     s.built = ser::load_flag(ar, "built");
@@ -303,34 +377,46 @@ void load(Archive& ar, mixprec::models::OptimizerSnapshot& s) {
     const std::uint64_t n = ser::load_count(ar, "slot_count", "optimizer slot count", ser::max_entries, 24);
     s.slots.clear();
     for (std::uint64_t i = 0; i < n; ++i) { // one by one: memory follows the data actually read
-        mixprec::models::SlotSnapshot slot;
+        mixprec::optim::SlotState slot;
         ar(make_nvp("slot", slot));
         s.slots.push_back(std::move(slot));
     }
-    s.loss_scale.reset();
-    if (ser::load_flag(ar, "has_loss_scale")) {
-        mixprec::models::LossScaleSnapshot ls;
-        ar(make_nvp("loss_scale", ls));
-        s.loss_scale = ls;
+    s.values.clear();
+    if (version == 1) {
+        if (ser::load_flag(ar, "has_loss_scale"))
+            s.values = mixprec::amp::loss_scale_values(ser::load_format1_loss_scale(ar));
+        return;
+    }
+    // A value takes at least 17 bytes: name length, kind, the number.
+    const std::uint64_t m = ser::load_count(ar, "value_count", "optimizer value count", ser::max_entries, 17);
+    for (std::uint64_t i = 0; i < m; ++i) {
+        mixprec::optim::StateValue value;
+        ar(make_nvp("value", value));
+        s.values.push_back(std::move(value));
     }
 }
 
 template <class Archive>
 void save(Archive& ar, const mixprec::models::VariableInfo& v) {
-    mixprec::models::serialization::save_text(ar, "name", v.name);
-    mixprec::models::serialization::save_shape(ar, v.shape);
-    mixprec::models::serialization::save_flag(ar, "trainable", v.trainable);
+    namespace ser = mixprec::models::serialization;
+    ser::save_version<mixprec::models::VariableInfo>(ar);
+    ser::save_text(ar, "name", v.name);
+    ser::save_shape(ar, v.shape);
+    ser::save_flag(ar, "trainable", v.trainable);
 }
 template <class Archive>
 void load(Archive& ar, mixprec::models::VariableInfo& v) {
-    mixprec::models::serialization::load_text(ar, "name", v.name);
-    v.shape = mixprec::models::serialization::load_shape(ar, "variable '" + v.name + "'");
-    v.trainable = mixprec::models::serialization::load_flag(ar, "trainable");
+    namespace ser = mixprec::models::serialization;
+    ser::load_version<mixprec::models::VariableInfo>(ar, "variable");
+    ser::load_text(ar, "name", v.name);
+    v.shape = ser::load_shape(ar, "variable '" + v.name + "'");
+    v.trainable = ser::load_flag(ar, "trainable");
 }
 
 template <class Archive>
 void save(Archive& ar, const mixprec::models::CheckpointInfo& c) {
     namespace ser = mixprec::models::serialization;
+    ser::save_version<mixprec::models::CheckpointInfo>(ar);
     ar(make_nvp("format_version", c.format_version));
     ser::save_text(ar, "mixprec_version", c.mixprec_version);
     ser::save_text(ar, "policy", c.policy);
@@ -344,6 +430,7 @@ void save(Archive& ar, const mixprec::models::CheckpointInfo& c) {
 template <class Archive>
 void load(Archive& ar, mixprec::models::CheckpointInfo& c) {
     namespace ser = mixprec::models::serialization;
+    ser::load_version<mixprec::models::CheckpointInfo>(ar, "checkpoint header");
     ar(make_nvp("format_version", c.format_version));
     ser::load_text(ar, "mixprec_version", c.mixprec_version);
     ser::load_text(ar, "policy", c.policy);
@@ -351,7 +438,7 @@ void load(Archive& ar, mixprec::models::CheckpointInfo& c) {
     ar(make_nvp("iterations", c.iterations));
     c.has_training_state = ser::load_flag(ar, "has_training_state");
     ar(make_nvp("epoch", c.epoch), make_nvp("step", c.step));
-    // A variable takes at least 17 bytes: name length, rank, trainable flag.
+    // A variable takes at least 17 bytes: name length, rank, trainable flag (and a version from format 2).
     const std::uint64_t n = ser::load_count(ar, "variable_count", "variable count", ser::max_entries, 17);
     c.variables.clear();
     for (std::uint64_t i = 0; i < n; ++i) {
