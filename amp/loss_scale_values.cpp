@@ -57,10 +57,7 @@ StateValue::Value to_value(std::int64_t i) { return i; }
 StateValue::Value to_value(float f) { return static_cast<double>(f); }
 StateValue::Value to_value(double d) { return d; }
 template <class E>
-    requires std::is_enum_v<E>
-StateValue::Value to_value(E e) {
-    return static_cast<std::int64_t>(e);
-}
+requires std::is_enum_v<E> StateValue::Value to_value(E e) { return static_cast<std::int64_t>(e); }
 
 [[noreturn]] void bad(const std::string& name, const std::string& why) {
     throw std::invalid_argument("load_state: value '" + name + "' " + why);

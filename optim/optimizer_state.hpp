@@ -32,11 +32,11 @@ struct SlotState {
 };
 
 struct OptimizerState {
-    std::string kind;                ///< Optimizer::kind(): "sgd", "loss_scale(adam)", ...
-    std::int64_t iterations = 0;     ///< applied steps (the learning-rate schedule's position)
-    bool built = false;              ///< false: no step was taken and no slot exists yet
-    std::vector<SlotState> slots;    ///< every slot of every variable, in Optimizer::slots() order
-    std::vector<StateValue> values;  ///< the optimizer's own named numbers, in the order it gives them
+    std::string kind;               ///< Optimizer::kind(): "sgd", "loss_scale(adam)", ...
+    std::int64_t iterations = 0;    ///< applied steps (the learning-rate schedule's position)
+    bool built = false;             ///< false: no step was taken and no slot exists yet
+    std::vector<SlotState> slots;   ///< every slot of every variable, in Optimizer::slots() order
+    std::vector<StateValue> values; ///< the optimizer's own named numbers, in the order it gives them
     friend bool operator==(const OptimizerState&, const OptimizerState&) = default;
 };
 
