@@ -37,10 +37,15 @@
 #include <mixprec/amp/policy.hpp>
 #include <mixprec/amp/unscale.hpp>
 
+#include <mixprec/models/data/array_dataset.hpp>
 #include <mixprec/models/data/dataset.hpp>
 #include <mixprec/models/data/fashion_mnist.hpp>
 #include <mixprec/models/io/checkpoint.hpp>
+#include <mixprec/models/io/npy.hpp>
+#include <mixprec/models/io/npz.hpp>
+#include <mixprec/models/io/safetensors.hpp>
 #include <mixprec/models/io/training_state.hpp>
+#include <mixprec/models/io/weights.hpp>
 #include <mixprec/models/layers/attention.hpp>
 #include <mixprec/models/layers/embedding.hpp>
 #include <mixprec/models/layers/initializers.hpp>
@@ -50,6 +55,7 @@
 #include <mixprec/models/layers/layers_norm.hpp>
 #include <mixprec/models/layers/pooling.hpp>
 #include <mixprec/models/layers/transformer.hpp>
+#include <mixprec/models/training/array_files.hpp>
 #include <mixprec/models/training/callback.hpp>
 #include <mixprec/models/training/callbacks.hpp>
 #include <mixprec/models/training/fit.hpp>

@@ -13,12 +13,18 @@ target_sources(mixprec PRIVATE
   models/layers/transformer.cpp
   models/data/dataset.cpp
   models/data/fashion_mnist.cpp
+  models/data/array_dataset.cpp
   models/io/checkpoint.cpp
   models/io/files.cpp
+  models/io/npy.cpp
+  models/io/npz.cpp
+  models/io/safetensors.cpp
+  models/io/weights.cpp
   models/io/crc32c.cpp
   models/training/sequential.cpp
   models/training/zoo.cpp
   models/training/vit.cpp
   models/training/fit.cpp
   models/training/callbacks.cpp
-  models/training/model_checkpoint.cpp)
+  models/training/model_checkpoint.cpp
+  models/training/array_files.cpp)

@@ -14,6 +14,7 @@
 
 #include "checkpoint_fixture.hpp"
 #include "op_checks.hpp"
+#include "scratch_dir.hpp"
 
 #include <cereal/archives/binary.hpp>
 #include <cereal/archives/portable_binary.hpp>
@@ -51,30 +52,6 @@ namespace tt = boost::test_tools;
 namespace {
 
 // ---- a scratch directory per test ----
-
-struct ScratchDir {
-    fs::path path;
-    ScratchDir() {
-        std::string name = "mixprec-checkpoint-";
-        name += std::to_string(::getpid());
-        name += "-";
-        name += boost::unit_test::framework::current_test_case().p_name.get();
-        path = fs::temp_directory_path() / name;
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        fs::permissions(path, fs::perms::owner_all, ec);
-        fs::remove_all(path, ec);
-    }
-    std::vector<std::string> entries() const {
-        std::vector<std::string> names;
-        for (const auto& e : fs::directory_iterator(path)) names.push_back(e.path().filename().string());
-        std::sort(names.begin(), names.end());
-        return names;
-    }
-};
 
 std::vector<std::uint8_t> read_bytes(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -432,7 +409,7 @@ BOOST_AUTO_TEST_CASE(plain_archive_with_a_lying_length_fails_without_allocating_
 // ---- checkpoint round trip ----
 
 BOOST_AUTO_TEST_CASE(save_load_restores_everything_and_the_header_is_readable) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     const fs::path file = dir.path / "run.ckpt";
     Run a(mixed_adam(), 1);
     a.steps(7);
@@ -492,7 +469,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_taken_before_the_first_step_resets_the_optimiz
 // ---- save, load, continue == never stopping ----
 
 BOOST_AUTO_TEST_CASE(resuming_is_bit_identical_to_an_uninterrupted_run) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     const std::vector<std::pair<std::string, Config>> configs = {
         {"sgd momentum float32", Config{.mixed = false, .adam = false}},
         {"adam float32", Config{.mixed = false, .adam = true}},
@@ -546,7 +523,7 @@ BOOST_AUTO_TEST_CASE(resuming_without_the_training_state_differs) {
 // ---- the Sequential overloads ----
 
 BOOST_AUTO_TEST_CASE(sequential_overloads_use_the_model_variables_and_policy) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     const fs::path file = dir.path / "model.ckpt";
     auto make = [](std::uint64_t seed) {
         models::Sequential m{models::Dense(4, "relu"), models::Dense(2)};
@@ -665,7 +642,7 @@ BOOST_AUTO_TEST_CASE(every_resealed_bit_flip_loads_or_is_refused_cleanly) {
 }
 
 BOOST_AUTO_TEST_CASE(empty_missing_and_odd_files_are_refused) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     Run target = built_target();
     const Fingerprint before = fingerprint(target);
     write_bytes(dir.path / "empty.ckpt", {});
@@ -895,7 +872,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_format_1_still_loads) {
 }
 
 BOOST_AUTO_TEST_CASE(the_fixture_in_the_current_format_loads_the_same) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     const fs::path file = dir.path / "fixture.ckpt";
     const std::vector<Variable> vars = checkpoint_fixture::variables();
     auto opt = checkpoint_fixture::optimizer();
@@ -962,7 +939,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_for_another_model_optimizer_or_policy_is_refus
 // ---- atomic writes ----
 
 BOOST_AUTO_TEST_CASE(keep_last_rotates_older_checkpoints) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     const fs::path file = dir.path / "run.ckpt";
     Run run(Config{.adam = true}, 1);
     for (int i = 0; i < 5; ++i) {
@@ -980,7 +957,7 @@ BOOST_AUTO_TEST_CASE(keep_last_rotates_older_checkpoints) {
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_save_leaves_the_old_file_and_no_temporary) {
-    ScratchDir dir;
+    ScratchDir dir("checkpoint");
     const fs::path file = dir.path / "run.ckpt";
     Run run(mixed_adam(), 1);
     run.save(file);

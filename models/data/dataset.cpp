@@ -2,6 +2,8 @@
 
 #include <mixprec/models/data/dataset.hpp>
 
+#include <mixprec/models/data/detail/batch.hpp>
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -32,21 +34,9 @@ autodiff::Shape TensorDataset::example_shape() const {
 /// batch) is out of range for a dataset of 10 examples" leaves x and labels untouched.
 void TensorDataset::batch(std::span<const std::size_t> indices, autodiff::Tensor& x,
                           std::vector<std::int32_t>& labels) const {
-    for (std::size_t i = 0; i < indices.size(); ++i)
-        if (indices[i] >= size()) {
-            std::string message = "TensorDataset::batch: index ";
-            message += std::to_string(indices[i]);
-            message += " (position ";
-            message += std::to_string(i);
-            message += " of the batch) is out of range for a dataset of ";
-            message += std::to_string(size());
-            message += " examples";
-            throw std::out_of_range(message);
-        }
+    detail::check_indices(indices, size(), "TensorDataset::batch");
     const autodiff::Shape example = example_shape();
-    std::vector<std::size_t> dims{indices.size()};
-    dims.insert(dims.end(), example.begin(), example.end());
-    autodiff::Tensor out = autodiff::Tensor::uninitialized(autodiff::Shape(std::span<const std::size_t>(dims)));
+    autodiff::Tensor out = detail::batch_tensor(indices.size(), example);
     std::vector<std::int32_t> out_labels(indices.size());
     const std::size_t row = example.elements();
     const std::span<const float> src = x_.data<float>();

@@ -1,6 +1,7 @@
 #include <mixprec/models/io/checkpoint.hpp>
 
 #include <mixprec/models/io/crc32c.hpp>
+#include <mixprec/models/io/detail/bytes.hpp>
 #include <mixprec/models/io/files.hpp>
 #include <mixprec/models/io/serialization.hpp>
 
@@ -262,18 +263,6 @@ void check_model(const CheckpointInfo& info, const std::vector<Variable>& variab
              std::to_string(variables.size()) + (variables.empty() ? " (is it built?)" : ""));
 }
 
-/// Runs f, prefixing the message of a checkpoint_error or file_error with `where` (as a checkpoint_error).
-template <class F>
-auto located(const std::string& where, F f) {
-    try {
-        return f();
-    } catch (const checkpoint_error& e) {
-        throw checkpoint_error(where + e.what());
-    } catch (const file_error& e) {
-        throw checkpoint_error(where + e.what());
-    }
-}
-
 std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
     return read_file_bounded(path, max_checkpoint_bytes);
 }
@@ -338,11 +327,12 @@ std::vector<std::uint8_t> checkpoint_bytes(const std::vector<autodiff::Variable>
 
 void load_checkpoint_bytes(std::span<const std::uint8_t> bytes, const std::vector<autodiff::Variable>& variables,
                            std::string_view policy, optim::Optimizer& optimizer, TrainingState* state) {
-    located("checkpoint: ", [&] { load_from(bytes, variables, policy, optimizer, state); });
+    detail::located<checkpoint_error>("checkpoint: ", [&] { load_from(bytes, variables, policy, optimizer, state); });
 }
 
 CheckpointInfo read_checkpoint_info(std::span<const std::uint8_t> bytes) {
-    return located("checkpoint: ", [&] { return decode(bytes, check_frame(bytes), true).info; });
+    return detail::located<checkpoint_error>("checkpoint: ",
+                                             [&] { return decode(bytes, check_frame(bytes), true).info; });
 }
 
 void save_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
@@ -350,16 +340,17 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<autodi
                      SaveOptions options) {
     if (options.keep_last == 0) throw std::invalid_argument("save_checkpoint: keep_last must be ≥ 1, got 0");
     const std::vector<std::uint8_t> bytes = encode(variables, policy, optimizer, state);
-    located(at(path), [&] { write_file_atomically(path, bytes, options.keep_last); });
+    detail::located<checkpoint_error>(at(path), [&] { write_file_atomically(path, bytes, options.keep_last); });
 }
 
 void load_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                      std::string_view policy, optim::Optimizer& optimizer, TrainingState* state) {
-    located(at(path), [&] { load_from(read_file(path), variables, policy, optimizer, state); });
+    detail::located<checkpoint_error>(at(path),
+                                      [&] { load_from(read_file(path), variables, policy, optimizer, state); });
 }
 
 CheckpointInfo read_checkpoint_info(const std::filesystem::path& path) {
-    return located(at(path), [&] {
+    return detail::located<checkpoint_error>(at(path), [&] {
         const std::vector<std::uint8_t> bytes = read_file(path);
         return decode(bytes, check_frame(bytes), true).info;
     });
