@@ -29,7 +29,11 @@ expect() {
 }
 
 expect 2 "--model: foo not in"                 -- --model foo
-expect 2 "--epochs: Value 0 not in range"      -- --epochs 0
+expect 2 "--epochs: Value -1 not in range"     -- --epochs -1
+expect 2 "0 trains nothing"                    -- --epochs 0 --checkpoint "$work/x.ckpt"
+expect 2 "needs --export-weights PATH"         -- --export-dtype float16
+expect 2 "--export-dtype: float64 not in"      -- --export-weights "$work/w.safetensors" --export-dtype float64
+expect 2 "no file at $work/missing"            -- --initial-weights "$work/missing"
 expect 2 "--batch-size"                        -- --batch-size -3
 expect 2 "--precision"                         -- --precision float8
 expect 2 "--no-such-flag"                      -- --no-such-flag
@@ -56,6 +60,13 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 1 "conv2d/kernel" -- --model cnn --resume "$work/mlp.ckpt" --max-steps 3 --quiet
     expect 1 "adam" -- --optimizer sgd --resume "$work/mlp.ckpt" --max-steps 3 --quiet
     expect 1 "mixed_float16" -- --precision float32 --resume "$work/mlp.ckpt" --max-steps 3 --quiet
+    expect 2 "both set the weights" -- --initial-weights "$work/mlp.ckpt" --resume "$work/mlp.ckpt"
+    expect 1 "safetensors file" -- --initial-weights "$work/mlp.ckpt" --epochs 0 --quiet
+    "$trainer" --max-steps 1 --quiet --export-weights "$work/mlp.safetensors" >/dev/null 2>&1 || {
+        echo "FAILED: a 1-step run to export weights"; failures=$((failures + 1)); }
+    expect 1 "no tensor 'conv2d/kernel'" -- --model cnn --initial-weights "$work/mlp.safetensors" --epochs 0
+    expect 0 "Weights (bfloat16) written" -- --initial-weights "$work/mlp.safetensors" --epochs 0 --quiet \
+        --export-weights "$work/mlp-bf16.safetensors" --export-dtype bfloat16
 elif [ -n "${MIXPREC_REQUIRE_DATA:-}" ]; then
     echo "FAILED: Fashion-MNIST is not installed"
     failures=$((failures + 1))

@@ -1,5 +1,6 @@
-// mixprec-train: trains a built-in model on Fashion-MNIST in the precision asked for, with a progress bar,
-// a JSON-lines log, a plot, checkpoints and resumption. `mixprec-train --help` lists the flags.
+// mixprec-train: trains a built-in model on Fashion-MNIST (or arrays of your own) in the precision asked
+// for, with a progress bar, a JSON-lines log, a plot, checkpoints and resumption, and takes weights in and
+// out as safetensors. `mixprec-train --help` lists the flags.
 //
 // Exit codes: 0 when training ran to its end, 1 when it could not (missing data, unusable checkpoint,
 // the loss became NaN), 2 for bad flags.
@@ -94,17 +95,63 @@ void print_summary(const models::RunSummary& s, bool completed) {
                 s.peak_rss_mib, s.weights_digest.c_str(), s.isa.c_str());
 }
 
+/// The training and test sets: Fashion-MNIST's, or the arrays of --train-data and --test-data (whose
+/// examples are viewed as the (1, 28, 28) images the built-in models take).
+struct Data {
+    std::unique_ptr<models::Dataset> train;
+    std::unique_ptr<models::Dataset> test; ///< none for arrays without --test-data
+};
+
+Data load_data(const train::Options& o) {
+    Data data;
+    if (o.train_data.empty()) {
+        data.train = std::make_unique<models::FashionMnist>(models::FashionMnist::load(o.data, models::Split::train));
+        data.test = std::make_unique<models::FashionMnist>(models::FashionMnist::load(o.data, models::Split::test));
+        return data;
+    }
+    const autodiff::Shape image{1, 28, 28};
+    const std::size_t classes = models::FashionMnist::num_classes;
+    data.train = std::make_unique<models::ArrayDataset>(
+        models::load_array_dataset(o.train_data[0], o.train_data[1], classes, image));
+    std::printf("Training on %zu examples from %s\n", data.train->size(), o.train_data[0].c_str());
+    if (!o.test_data.empty()) {
+        data.test = std::make_unique<models::ArrayDataset>(
+            models::load_array_dataset(o.test_data[0], o.test_data[1], classes, image));
+        std::printf("Testing on %zu examples from %s\n", data.test->size(), o.test_data[0].c_str());
+    }
+    return data;
+}
+
+/// --export-weights and --predictions, once training is over.
+void write_outputs(const train::Options& o, models::Sequential& model, const Data& data) {
+    if (!o.export_weights.empty()) {
+        models::save_weights(o.export_weights, model.variables(),
+                             {.dtype = autodiff::parse_dtype(o.export_dtype),
+                              .metadata = {{"model", o.model}, {"precision", o.precision}}});
+        std::printf("Weights (%s) written to %s\n", o.export_dtype.c_str(), o.export_weights.c_str());
+    }
+    if (!o.predictions.empty()) {
+        const autodiff::Tensor logits = models::predict(model, *data.test);
+        models::write_npy(o.predictions, models::from_tensor(logits));
+        std::printf("Predictions %s written to %s\n", logits.shape().to_string().c_str(), o.predictions.c_str());
+    }
+}
+
 int run(const train::Options& o) {
     if (o.threads > 0) autodiff::set_blas_threads(o.threads);
     amp::set_global_policy(o.precision);
 
-    const auto train_data = models::FashionMnist::load(o.data, models::Split::train);
-    const auto test_data = models::FashionMnist::load(o.data, models::Split::test);
+    const Data data = load_data(o);
+    const models::Dataset& train_data = *data.train;
 
     models::Sequential model = models::make_model(o.model);
     model.build(train_data.example_shape(), o.seed);
     auto optimizer = make_optimizer(o);
     models::TrainingState& state = model.training_state();
+    if (!o.initial_weights.empty()) {
+        models::load_weights(o.initial_weights, model.variables());
+        std::printf("Starting from the weights in %s\n", o.initial_weights.c_str());
+    }
     if (!o.resume.empty()) {
         models::load_checkpoint(o.resume, model, *optimizer, &state);
         std::printf("Resuming %s at step %lld (epoch %lld, batch %lld)\n", o.resume.c_str(),
@@ -128,7 +175,7 @@ int run(const train::Options& o) {
                            .batch_size = o.batch_size,
                            .seed = o.seed,
                            .max_steps = o.max_steps,
-                           .validation = &test_data};
+                           .validation = data.test.get()};
     if (!o.quiet) fit.callbacks.push_back(&progress);
     fit.callbacks.push_back(&terminate);
     fit.callbacks.push_back(&logger);
@@ -137,6 +184,14 @@ int run(const train::Options& o) {
     if (o.precision != "float32" && !o.quiet) fit.callbacks.push_back(&monitor);
     if (!o.inject_nonfinite.empty()) fit.gradient_hook = NonfiniteInjector(o.inject_nonfinite);
 
+    if (o.epochs == 0) { // nothing to train: evaluate the weights as they are
+        if (data.test) {
+            const models::Evaluation e = models::evaluate(model, *data.test);
+            std::printf("No training (--epochs 0): test loss %.4f, test accuracy %.2f%%\n", e.loss, e.accuracy * 100);
+        }
+        write_outputs(o, model, data);
+        return 0;
+    }
     models::fit(model, *optimizer, train_data, state, fit);
     const bool completed = state.epoch >= o.epochs || (o.max_steps > 0 && state.step >= o.max_steps);
 
@@ -145,6 +200,7 @@ int run(const train::Options& o) {
         train::write_plot(o.plot, recorder.steps, recorder.epochs, title);
         std::printf("Plot written to %s\n", o.plot.c_str());
     }
+    write_outputs(o, model, data);
     print_summary(logger.summary(), completed && !terminate.terminated());
     return terminate.terminated() ? 1 : 0;
 }

@@ -70,6 +70,25 @@ void check(const Options& o, bool dynamic_flags_given) {
         if (ext != ".png" && ext != ".svg") throw conflict("--plot", o.plot.string() + " should end in .png or .svg");
     }
     if (o.optimizer != "sgd" && o.momentum != 0.9f) throw conflict("--momentum", "applies to --optimizer sgd only");
+    if (o.epochs == 0 && (!o.checkpoint.empty() || !o.resume.empty() || !o.plot.empty()))
+        throw conflict("--epochs", "0 trains nothing: --checkpoint, --resume and --plot need training");
+    if (!o.test_data.empty() && o.train_data.empty())
+        throw conflict("--test-data", "needs --train-data (without it, both splits are Fashion-MNIST's)");
+    for (const auto& path : o.train_data)
+        if (!std::filesystem::exists(path)) throw conflict("--train-data", "no file at " + path.string());
+    for (const auto& path : o.test_data)
+        if (!std::filesystem::exists(path)) throw conflict("--test-data", "no file at " + path.string());
+    if (!o.predictions.empty() && o.predictions.extension() != ".npy")
+        throw conflict("--predictions", o.predictions.string() + " should end in .npy");
+    if (!o.predictions.empty() && !o.train_data.empty() && o.test_data.empty())
+        throw conflict("--predictions", "needs a test set: add --test-data X.npy Y.npy");
+    if (!o.initial_weights.empty() && !o.resume.empty())
+        throw conflict("--initial-weights", "and --resume both set the weights: --resume continues a run, "
+                                            "--initial-weights starts one");
+    if (!o.initial_weights.empty() && !std::filesystem::exists(o.initial_weights))
+        throw conflict("--initial-weights", "no file at " + o.initial_weights.string());
+    if (o.export_dtype != "float32" && o.export_weights.empty())
+        throw conflict("--export-dtype", "needs --export-weights PATH to know where to write");
 }
 
 } // namespace
@@ -97,8 +116,8 @@ amp::LossScaleOptions Options::loss_scale_options() const {
 
 std::variant<Options, int> parse_options(int argc, char** argv) {
     Options o;
-    CLI::App app{"mixprec-train: trains a model on Fashion-MNIST in mixed precision, with dynamic loss scaling, "
-                 "checkpoints and resumption.",
+    CLI::App app{"mixprec-train: trains a model on Fashion-MNIST (or arrays of your own) in mixed precision, with "
+                 "dynamic loss scaling, checkpoints and resumption, and weights in and out as safetensors.",
                  "mixprec-train"};
     app.get_formatter()->column_width(34);
     std::vector<std::string> model_names, preset_names;
@@ -115,8 +134,8 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--learning-rate", o.learning_rate, "Learning rate (default 1e-3 for adam/adamw, 1e-2 for sgd)")
         ->check(CLI::PositiveNumber);
     app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0f, 0.999f))->capture_default_str();
-    app.add_option("--epochs", o.epochs, "Epochs to train")
-        ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}))
+    app.add_option("--epochs", o.epochs, "Epochs to train (0: none; evaluate, and export with --export-weights)")
+        ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000}))
         ->capture_default_str();
     app.add_option("--batch-size", o.batch_size, "Examples per step")
         ->check(CLI::Range(std::size_t{1}, std::size_t{60000}))
@@ -137,10 +156,25 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--max-scale", o.max_scale, "Largest dynamic scale")->check(CLI::PositiveNumber);
     app.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm")->check(CLI::PositiveNumber);
     app.add_option("--data", o.data, "Directory of the Fashion-MNIST gzip IDX files")->capture_default_str();
+    app.add_option("--train-data", o.train_data,
+                   "Train on your own arrays instead of Fashion-MNIST: examples .npy ((n, 28, 28) or (n, 1, 28, 28), "
+                   "uint8 or float32) and labels .npy ((n,), integers 0-9)")
+        ->expected(2);
+    app.add_option("--test-data", o.test_data, "Evaluate on these arrays (as --train-data) after every epoch")
+        ->expected(2);
+    app.add_option("--predictions", o.predictions,
+                   "Write the test set's logits here at the end (.npy, float32, (examples, 10))");
     app.add_option("--checkpoint", o.checkpoint, "Save checkpoints here (every --checkpoint-every steps, each epoch)");
     app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: epoch ends only)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint");
+    app.add_option(
+        "--initial-weights", o.initial_weights,
+        "Start from these weights (safetensors, a tensor per variable, named as --export-weights names them)");
+    app.add_option("--export-weights", o.export_weights, "Write the trained weights here (safetensors)");
+    app.add_option("--export-dtype", o.export_dtype, "Dtype of the exported weights")
+        ->check(CLI::IsMember({"float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2"}))
+        ->capture_default_str();
     app.add_option("--log", o.log, "Write a JSON-lines log here");
     app.add_option("--plot", o.plot, "Draw loss, accuracy, loss scale and skipped steps here (.png or .svg)");
     app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all (0: no limit)")

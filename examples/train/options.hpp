@@ -30,9 +30,15 @@ struct Options {
     std::optional<float> max_scale;
     std::optional<float> clip_norm;
     std::filesystem::path data = models::default_fashion_mnist_dir;
+    std::vector<std::filesystem::path> train_data; ///< empty, or the examples' and the labels' .npy files
+    std::vector<std::filesystem::path> test_data;  ///< the same, for evaluation
+    std::filesystem::path predictions;             ///< .npy of the test set's logits, written at the end
     std::filesystem::path checkpoint;
     std::int64_t checkpoint_every = 0;
     std::filesystem::path resume;
+    std::filesystem::path initial_weights; ///< safetensors file to start from
+    std::filesystem::path export_weights;  ///< safetensors file written after training
+    std::string export_dtype = "float32";
     std::filesystem::path log;
     std::filesystem::path plot;
     std::int64_t max_steps = 0;
