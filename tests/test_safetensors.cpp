@@ -211,6 +211,31 @@ BOOST_AUTO_TEST_CASE(weights_go_out_and_come_back_bit_exactly) {
         [&] { models::save_weights(file.path, vars, {.dtype = Dtype::cbfloat16}); }, {"cannot hold cbfloat16"}));
 }
 
+// The same through NumPy's .npz, chosen by the file's extension.
+BOOST_AUTO_TEST_CASE(weights_go_out_and_come_back_through_npz) {
+    ScratchFile file("weights.npz");
+    const std::vector<Variable> vars = {Variable(random_tensor(Shape{4, 3}, Dtype::float32, 7), "dense/kernel"),
+                                        Variable(random_tensor(Shape{3}, Dtype::float32, 8), "dense/bias")};
+    models::save_weights(file.path, vars);
+    const models::NpzArrays arrays = models::read_npz(file.path);
+    BOOST_TEST(arrays.size() == 2u);
+    BOOST_TEST(arrays[0].first == "dense/kernel");
+    BOOST_TEST((arrays[0].second.type == models::NpyType::float32));
+    std::vector<Variable> other = {Variable(Tensor(Shape{4, 3}), "dense/kernel"),
+                                   Variable(Tensor(Shape{3}), "dense/bias")};
+    models::load_weights(file.path, other);
+    for (std::size_t i = 0; i < vars.size(); ++i) BOOST_TEST(raw_bytes(other[i].value()) == raw_bytes(vars[i].value()));
+
+    models::save_weights(file.path, vars, {.dtype = Dtype::float16});
+    BOOST_TEST((models::read_npz(file.path)[1].second.type == models::NpyType::float16));
+    models::load_weights(file.path, other);
+    BOOST_TEST(raw_bytes(other[1].value()) == raw_bytes(vars[1].value().to(Dtype::float16).to(Dtype::float32)));
+    BOOST_TEST(throws_with<models::npy_error>(
+        [&] { models::save_weights(file.path, vars, {.dtype = Dtype::bfloat16}); }, {"NumPy has no bfloat16"}));
+    BOOST_TEST(throws_with<models::npy_error>([&] { models::load_weights(file.path, {vars[0]}); },
+                                              {"'dense/bias' belongs to no variable"}));
+}
+
 BOOST_AUTO_TEST_CASE(weights_that_do_not_fit_are_refused_and_nothing_changes) {
     ScratchFile file("model.safetensors");
     const std::vector<Variable> saved = {Variable(Tensor::full(Shape{2, 2}, 1.0f), "w"),

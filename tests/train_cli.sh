@@ -34,6 +34,7 @@ expect 2 "0 trains nothing"                    -- --epochs 0 --checkpoint "$work
 expect 2 "needs --export-weights PATH"         -- --export-dtype float16
 expect 2 "--export-dtype: float64 not in"      -- --export-weights "$work/w.safetensors" --export-dtype float64
 expect 2 "no file at $work/missing"            -- --initial-weights "$work/missing"
+expect 2 "NumPy has no bfloat16"               -- --export-weights "$work/w.npz" --export-dtype bfloat16
 expect 2 "--batch-size"                        -- --batch-size -3
 expect 2 "--precision"                         -- --precision float8
 expect 2 "--no-such-flag"                      -- --no-such-flag

@@ -89,6 +89,8 @@ void check(const Options& o, bool dynamic_flags_given) {
         throw conflict("--initial-weights", "no file at " + o.initial_weights.string());
     if (o.export_dtype != "float32" && o.export_weights.empty())
         throw conflict("--export-dtype", "needs --export-weights PATH to know where to write");
+    if (o.export_weights.extension() == ".npz" && o.export_dtype != "float32" && o.export_dtype != "float16")
+        throw conflict("--export-dtype", "NumPy has no " + o.export_dtype + ": an .npz holds float32 or float16");
 }
 
 } // namespace
@@ -168,10 +170,11 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--checkpoint-every", o.checkpoint_every, "Steps between checkpoints (0: epoch ends only)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint");
-    app.add_option(
-        "--initial-weights", o.initial_weights,
-        "Start from these weights (safetensors, a tensor per variable, named as --export-weights names them)");
-    app.add_option("--export-weights", o.export_weights, "Write the trained weights here (safetensors)");
+    app.add_option("--initial-weights", o.initial_weights,
+                   "Start from these weights (safetensors, or .npz: a tensor per variable, named as --export-weights "
+                   "names them)");
+    app.add_option("--export-weights", o.export_weights,
+                   "Write the trained weights here (safetensors; NumPy's .npz for a path ending in .npz)");
     app.add_option("--export-dtype", o.export_dtype, "Dtype of the exported weights")
         ->check(CLI::IsMember({"float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2"}))
         ->capture_default_str();

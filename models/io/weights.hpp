@@ -1,9 +1,11 @@
 #pragma once
 /// Weights in and out as safetensors files (models/io/safetensors.hpp), the format the Python ecosystem
-/// loads: one tensor per variable, under the variable's name ("dense/kernel", ...), with its shape.
+/// loads, or, for a path ending in ".npz", as NumPy's np.savez archives (models/io/npz.hpp): one tensor
+/// per variable, under the variable's name ("dense/kernel", ...), with its shape.
 ///
 ///   models::save_weights("mlp.safetensors", model.variables());                    // float32 masters
 ///   models::save_weights("mlp-f16.safetensors", model.variables(), {.dtype = Dtype::float16});
+///   models::save_weights("mlp.npz", model.variables());                            // np.load reads it
 ///   models::load_weights("mlp.safetensors", model.variables());
 ///
 /// Layouts are mixprec's (Keras's): a Dense kernel is (inputs, outputs), a Conv2D kernel (kh, kw,
@@ -21,15 +23,17 @@ namespace mixprec::models {
 
 struct SaveWeightsOptions {
     /// The dtype the float32 masters are written in: float32 (exact), or a narrower one they are rounded
-    /// to once, to nearest even (float16, bfloat16, float8_e4m3, float8_e5m2).
+    /// to once, to nearest even (float16, bfloat16, float8_e4m3, float8_e5m2; an .npz: float16 only).
     autodiff::Dtype dtype = autodiff::Dtype::float32;
-    /// Written as the file's "__metadata__", with "producer": "mixprec <version>" added.
+    /// Written as the safetensors file's "__metadata__", with "producer": "mixprec <version>" added (an
+    /// .npz has no place for it).
     std::map<std::string, std::string> metadata{};
 };
 
 /// Writes the masters of `variables` to `path` (atomically), each under its variable's name.
-/// safetensors_error for two variables of the same name, for cbfloat16 (which safetensors cannot hold)
-/// and when the file cannot be written.
+/// safetensors_error (npy_error for an .npz) for two variables of the same name, for a dtype the format
+/// cannot hold (cbfloat16; in an .npz, anything but float32 and float16) and when the file cannot be
+/// written.
 void save_weights(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                   const SaveWeightsOptions& options = {});
 
@@ -39,10 +43,11 @@ struct LoadWeightsOptions {
 };
 
 /// Sets the master of each of `variables` to the file's tensor of the same name, widened exactly to
-/// float32 whatever its dtype; working copies follow on their next read. Checks everything first and
-/// changes nothing on failure: safetensors_error naming the variable that is missing from the file, the
-/// variable and both shapes when they differ, the tensors no variable is named after (unless
-/// ignore_extra), or what is wrong with the file.
+/// float32 whatever its dtype (an .npz's float64 or integer arrays: rounded once); working copies follow
+/// on their next read. Checks everything first and changes nothing on failure: safetensors_error
+/// (npy_error for an .npz) naming the variable that is missing from the file, the variable and both
+/// shapes when they differ, the tensors no variable is named after (unless ignore_extra), or what is
+/// wrong with the file.
 void load_weights(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                   const LoadWeightsOptions& options = {});
 

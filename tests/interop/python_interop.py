@@ -5,7 +5,8 @@
 
 1. mixprec-train exports an MLP's weights (--export-weights) in float32, float16 and bfloat16; the
    `safetensors` package loads each and finds every variable under its name, with its shape and dtype,
-   and the float16/bfloat16 values equal to the float32 ones rounded once (to nearest even).
+   and the float16/bfloat16 values equal to the float32 ones rounded once (to nearest even); np.load
+   reads the same weights exported as an .npz.
 2. The `safetensors` package writes those arrays again (in its own order and layout); mixprec-train
    loads that file (--initial-weights), trains nothing (--epochs 0) and exports it: every tensor comes
    back bit for bit.
@@ -80,6 +81,11 @@ def exported_weights(trainer, work, data):
     check(all(half[n].dtype == np.float16 and bits(half[n]) == bits(weights[n].astype(np.float16))
               for n in weights),
           "the float16 export is the float32 weights rounded to nearest even (NumPy's astype)")
+    path_npz = os.path.join(work, "mixprec.npz")
+    train(trainer, "--epochs", "0", "--data", data, "--initial-weights", path, "--export-weights", path_npz)
+    with np.load(path_npz) as npz:
+        check(sorted(npz.files) == sorted(weights) and all(bits(npz[n]) == bits(weights[n]) for n in weights),
+              "the .npz export loads with np.load: the same arrays, bit for bit")
     if torch is not None:
         path_bf16 = os.path.join(work, "mixprec-bf16.safetensors")
         train(trainer, "--epochs", "0", "--data", data, "--initial-weights", path,
