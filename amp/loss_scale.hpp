@@ -23,10 +23,15 @@
 /// (s scale, c growth counter, N growth_interval, g growth_factor, b backoff_factor, h hysteresis counter.)
 /// A fixed scale (dynamic = false) never moves. The scale is a float32, as in Keras, TF and PyTorch.
 ///
-/// One guard applies to every rule: the scale stays finite and positive. A growth whose result would
-/// not be finite leaves the scale where it is, and no backoff takes it below 2^-126 (the smallest normal
-/// float32). Keras 3, DeepSpeed and Megatron have no such guard and would reach infinity (or zero) there;
-/// that is the only way a preset's sequence can differ from its library's.
+/// One guard applies to every rule and every option value validation accepts: the scale stays finite and
+/// ≥ 2^-126 (the smallest normal float32). A growth whose result would not be finite leaves the scale
+/// where it is, and no backoff (nor cerebras' clamp, even with min_scale 0) takes it below 2^-126. The
+/// libraries guard less: Keras 3 and Megatron neither cap nor floor the scale, PyTorch has no floor,
+/// Cerebras does not check a growth for overflow, and DeepSpeed keeps its scale in float64 (it passes
+/// 2^127 without reaching infinity); where the guard acts, a preset's sequence differs from its library's.
+/// Not the only difference: the pytorch and cerebras presets are known to round some intermediate values
+/// otherwise than their libraries (with factors that are not powers of two, or a tolerance close to the
+/// overflow ratio); replaying traces recorded from the libraries themselves is to find and settle them.
 
 #include <cstdint>
 #include <optional>

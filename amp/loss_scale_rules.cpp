@@ -99,7 +99,8 @@ void cerebras_step(RuleStep& r, bool finite) {
         s.growth_counter = s.overflows_counted = 0;
     }
     s.unclamped_scale = u;
-    s.scale = std::clamp(u, r.o.min_scale, r.o.max_scale);
+    // Clamped to [min_scale, max_scale], and never below 2^-126 (the guard), even with min_scale 0.
+    s.scale = std::min(std::max(u, std::max(r.o.min_scale, smallest_scale)), r.o.max_scale);
 }
 
 /// Ascend (MindSpore): grow after N good steps; back off by backoff_factor (not below 1) every

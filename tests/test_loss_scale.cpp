@@ -255,6 +255,39 @@ BOOST_AUTO_TEST_CASE(bounds_hold_under_random_sequences) {
     }
 }
 
+// The guard, for every rule and the most hostile options validation accepts (no floor, the smallest
+// backoff and the largest growth factors, no cap, a rescale every step, scales at the float32 limits):
+// the scale stays finite and ≥ 2^-126 through long runs of overflows, of clean steps and of both mixed.
+BOOST_AUTO_TEST_CASE(the_guard_holds_for_every_rule_and_option) {
+    std::mt19937 gen(11);
+    for (auto name : loss_scale_preset_names())
+        for (float initial : {0x1p-126f, 1.0f, 0x1p127f})
+            for (float backoff : {0.5f, 1e-30f}) {
+                LossScaleOptions o = loss_scale_preset(name);
+                o.dynamic = true;
+                o.initial_scale = initial;
+                o.min_scale = 0;
+                o.max_scale = INFINITY;
+                o.growth_interval = 1;
+                o.hysteresis = 1;
+                o.growth_factor = 1e30f;
+                o.backoff_factor = backoff;
+                o.overflow_tolerance = 0;
+                o.decrease_every = 1;
+                o.at_min_scale = AtMinScale::keep_going;
+                LossScale s(o);
+                const auto holds = [&](const char* phase, int i) {
+                    BOOST_TEST_REQUIRE((std::isfinite(s.scale()) && s.scale() >= 0x1p-126f),
+                                       name << ", initial " << initial << ", backoff " << backoff << ": " << phase
+                                            << " step " << i << " left the scale at " << s.scale());
+                };
+                for (int i = 0; i < 400; ++i) s.update(false), holds("overflow", i);
+                for (int i = 0; i < 400; ++i) s.update(true), holds("clean", i);
+                std::bernoulli_distribution overflow(0.5);
+                for (int i = 0; i < 4000; ++i) s.update(!overflow(gen)), holds("mixed", i);
+            }
+}
+
 // ---- A second implementation of every rule, transcribed from each library's pseudo-code in its own
 // ---- shape (research §3), driven with the production class through long random overflow sequences.
 // ---- `up` and `down` add mixprec's one guard (the scale stays finite and ≥ 2^-126) where a library
