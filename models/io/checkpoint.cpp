@@ -20,6 +20,7 @@ namespace mixprec::models {
 namespace {
 
 using autodiff::Variable;
+using detail::in_quotes;
 
 constexpr std::array<std::uint8_t, 8> magic = {'M', 'X', 'P', 'C', 'K', 'P', 'T', '\n'};
 constexpr std::size_t prefix_bytes = 20; // magic, version, body length
@@ -107,13 +108,6 @@ std::vector<Variable> trainable_of(const std::vector<Variable>& variables) {
     for (const Variable& v : variables)
         if (v.trainable()) trainable.push_back(v);
     return trainable;
-}
-
-std::string in_quotes(std::string_view s) {
-    std::string q = "'";
-    q += s;
-    q += "'";
-    return q;
 }
 
 /// Throws std::invalid_argument unless every slot of `saved` fits the trainable variables.

@@ -167,7 +167,7 @@ std::string at(const std::filesystem::path& path) { return "safetensors file " +
 
 } // namespace
 
-const autodiff::Tensor* SafetensorsContent::find(std::string_view name) const {
+const autodiff::Tensor* find_tensor(std::span<const NamedTensor> tensors, std::string_view name) {
     for (const NamedTensor& t : tensors)
         if (t.name == name) return &t.tensor;
     return nullptr;

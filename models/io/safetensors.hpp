@@ -47,12 +47,15 @@ struct NamedTensor {
     autodiff::Tensor tensor;
 };
 
+/// The tensor called `name` among `tensors`, or nullptr.
+const autodiff::Tensor* find_tensor(std::span<const NamedTensor> tensors, std::string_view name);
+
 /// What a safetensors file holds.
 struct SafetensorsContent {
     std::vector<NamedTensor> tensors;            ///< in the order of their data in the file
     std::map<std::string, std::string> metadata; ///< "__metadata__", empty without it
     /// The tensor called `name`, or nullptr.
-    const autodiff::Tensor* find(std::string_view name) const;
+    const autodiff::Tensor* find(std::string_view name) const { return find_tensor(tensors, name); }
 };
 
 /// The safetensors name of `dtype` ("F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"), or nothing for cbfloat16.

@@ -54,15 +54,10 @@ void save_weights(const std::filesystem::path& path, const std::vector<autodiff:
 void load_weights(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                   const LoadWeightsOptions& options) {
     const std::vector<NamedTensor> tensors = read_tensors(path);
-    const auto find = [&](const std::string& name) -> const autodiff::Tensor* {
-        for (const NamedTensor& t : tensors)
-            if (t.name == name) return &t.tensor;
-        return nullptr;
-    };
     std::vector<const autodiff::Tensor*> sources;
     std::set<std::string> wanted;
     for (const autodiff::Variable& v : variables) {
-        const autodiff::Tensor* t = find(v.name());
+        const autodiff::Tensor* t = find_tensor(tensors, v.name());
         if (!t) fail(path, "the file has no tensor '" + v.name() + "' for variable '" + v.name() + "'");
         if (t->shape() != v.shape())
             fail(path, "variable '" + v.name() + "' has shape " + v.shape().to_string() + ", the file's tensor " +
