@@ -38,6 +38,12 @@ LossScaleOptions loss_scale_preset(std::string_view name) {
     throw std::invalid_argument("unknown loss scale preset '" + std::string(name) + "' (valid: " + names + ")");
 }
 
+LossScaleOptions loss_scale_preset(std::string_view name, autodiff::Dtype half) {
+    LossScaleOptions o = loss_scale_preset(name);
+    if (o.rule == ScaleRule::cerebras && half == autodiff::Dtype::cbfloat16) o.initial_scale = o.max_scale = 0x1p31f;
+    return o;
+}
+
 LossScale::LossScale(LossScaleOptions o) : options_(o) {
     if (!scale_rule_at(static_cast<std::uint64_t>(o.rule)))
         bad("rule", "must name a rule, got " + std::to_string(static_cast<unsigned>(o.rule)));
@@ -49,6 +55,10 @@ LossScale::LossScale(LossScaleOptions o) : options_(o) {
         bad("growth_factor", "must be finite and > 1, got " + number_text(o.growth_factor));
     if (!(o.backoff_factor > 0 && o.backoff_factor < 1))
         bad("backoff_factor", "must be in (0, 1), got " + number_text(o.backoff_factor));
+    if (o.rule == ScaleRule::mindspore && o.backoff_factor != 1 / o.growth_factor)
+        bad("backoff_factor", "must be 1 / growth_factor (" + number_text(1 / o.growth_factor) +
+                                  ") under the mindspore rule, which backs off by dividing by its one factor; got " +
+                                  number_text(o.backoff_factor));
     if (o.hysteresis < 1) bad("hysteresis", "must be ≥ 1, got " + std::to_string(o.hysteresis));
     if (!(o.min_scale >= 0) || std::isinf(o.min_scale))
         bad("min_scale", "must be finite and ≥ 0, got " + number_text(o.min_scale));
@@ -74,8 +84,9 @@ void LossScale::update(bool finite) {
     if (!options_.dynamic) return;
     const LossScaleState before = state_; // a raise at min_scale leaves the state as it was
     try {
-        detail::RuleStep step{state_, options_};
-        detail::scale_rules()[static_cast<std::size_t>(options_.rule)].step(step, finite);
+        const detail::Rule& rule = detail::scale_rules()[static_cast<std::size_t>(options_.rule)];
+        detail::RuleStep step{state_, options_, rule.product};
+        rule.step(step, finite);
     } catch (...) {
         state_ = before;
         throw;

@@ -19,6 +19,8 @@
 /// |           | then s = clamp(s, min, max) after every step        |                                                       |
 /// | ascend    | at good+1 ≥ N: s·g if s < 3.4e38/g, good = bad = 0; | at bad+1 ≥ decr_every_n: s = max(1, s·b),             |
 /// |           | else good += 1 (bad is kept: cumulative)            | good = bad = 0; else bad += 1, good = 0               |
+/// | mindspore | N steps since the last rescale: s·g (no cap), c = 0;| s = max(s · (1/g), 1); c = 0                          |
+/// |           | else c += 1                                         | (one factor: backoff_factor must be 1/g)              |
 ///
 /// (s scale, c growth counter, N growth_interval, g growth_factor, b backoff_factor, h hysteresis counter.)
 /// A fixed scale (dynamic = false) never moves. The scale is a float32, as in Keras, TF and PyTorch.
@@ -26,12 +28,25 @@
 /// One guard applies to every rule and every option value validation accepts: the scale stays finite and
 /// ≥ 2^-126 (the smallest normal float32). A growth whose result would not be finite leaves the scale
 /// where it is, and no backoff (nor cerebras' clamp, even with min_scale 0) takes it below 2^-126. The
-/// libraries guard less: Keras 3 and Megatron neither cap nor floor the scale, PyTorch has no floor,
+/// libraries guard less: Keras 3 and Megatron neither cap nor floor the scale (Keras 3 on JAX's CPU
+/// backend even flushes 2^-127 to zero, and a scale of 0 or inf never moves again), PyTorch has no floor,
 /// Cerebras does not check a growth for overflow, and DeepSpeed keeps its scale in float64 (it passes
 /// 2^127 without reaching infinity); where the guard acts, a preset's sequence differs from its library's.
-/// Not the only difference: the pytorch and cerebras presets are known to round some intermediate values
-/// otherwise than their libraries (with factors that are not powers of two, or a tolerance close to the
-/// overflow ratio); replaying traces recorded from the libraries themselves is to find and settle them.
+///
+/// Rounding. The scale is a float32, as in every library but DeepSpeed (a Python float, float64: the same
+/// values while its factor is 2, its only one, and the scale stays in float32's range). Factors are
+/// doubles, as the libraries take them, and each rule multiplies as its library does: pytorch, deepspeed
+/// and mixprec form scale × factor in float64 and round it once to float32 (PyTorch's kernel); keras,
+/// tf_keras, megatron, cerebras and ascend multiply float32 by the factor rounded to float32 (their
+/// float32 tensors).
+///
+/// Conformance. tests/conformance records these sequences from the libraries themselves (PyTorch,
+/// DeepSpeed, Megatron, Keras 3, tf.keras, jmp, Cerebras, MindSpore; versions and results in the README's
+/// conformance table) and the test suite replays them: scale bit for bit, counters, skip decisions. The
+/// guard is the only difference in the rules; tf.keras also advances the optimizer's iterations on a
+/// skipped step, which LossScaleOptimizer does not (Keras 3 does not either).
+
+#include <mixprec/autodiff/tensor/dtype.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -45,7 +60,18 @@ namespace mixprec::amp {
 /// The rules, one per library whose dynamic loss scaling mixprec reproduces (amp/loss_scale_rules.cpp:
 /// one function each). Checkpoints store a rule by its position here: add a new rule last, before
 /// `count` (not a rule: how many rules there are), and never reorder.
-enum class ScaleRule : std::uint8_t { mixprec, keras, tf_keras, pytorch, deepspeed, megatron, cerebras, ascend, count };
+enum class ScaleRule : std::uint8_t {
+    mixprec,
+    keras,
+    tf_keras,
+    pytorch,
+    deepspeed,
+    megatron,
+    cerebras,
+    ascend,
+    mindspore,
+    count
+};
 
 /// The rule at position `index` of ScaleRule, or nothing past the last rule (for checkpoint readers).
 std::optional<ScaleRule> scale_rule_at(std::uint64_t index);
@@ -61,8 +87,8 @@ struct LossScaleOptions {
     bool dynamic = true;                 ///< false: the scale stays initial_scale
     float initial_scale = 32768.0f;      ///< 2^15
     std::int64_t growth_interval = 2000; ///< N: finite steps between growths
-    float growth_factor = 2.0f;          ///< > 1
-    float backoff_factor = 0.5f;         ///< in (0, 1)
+    double growth_factor = 2.0;          ///< > 1 (a double, as PyTorch's: see "Rounding" above)
+    double backoff_factor = 0.5;         ///< in (0, 1)
     std::int64_t hysteresis = 1;         ///< overflows it takes to back off once (1: every overflow)
     bool consecutive_hysteresis = false; ///< deepspeed: refill hysteresis on every finite step
     float min_scale = 1.0f;              ///< backoff floor (rules that have one)
@@ -73,8 +99,12 @@ struct LossScaleOptions {
 };
 
 /// The options that reproduce a library's rule and defaults: "mixprec", "keras", "tf_keras", "pytorch",
-/// "deepspeed", "megatron", "cerebras", "ascend". std::invalid_argument lists the names otherwise.
+/// "deepspeed", "megatron", "cerebras", "ascend", "mindspore". std::invalid_argument lists the names
+/// otherwise.
 LossScaleOptions loss_scale_preset(std::string_view name);
+/// The same for training whose gradients are in `half`: cerebras_pytorch starts and caps its scale at
+/// 2^31 for cbfloat16 (2^15 otherwise); every other preset is the same for every dtype.
+LossScaleOptions loss_scale_preset(std::string_view name, autodiff::Dtype half);
 std::vector<std::string_view> loss_scale_preset_names();
 std::string_view name_of(ScaleRule rule);
 

@@ -82,13 +82,14 @@ void megatron_step(RuleStep& r, bool finite) {
 }
 
 /// Cerebras: halve when the fraction of overflowing steps since the last rescale exceeds the tolerance,
-/// double after N + 1 steps without that; the unclamped scale is kept and clamped to [min, max].
+/// double after N + 1 steps without that; the scale is clamped to [min, max] after every step.
 void cerebras_step(RuleStep& r, bool finite) {
     LossScaleState& s = r.s;
     ++s.growth_counter;
     s.overflows_counted += finite ? 0 : 1;
     float u = s.scale;
-    if (double(s.overflows_counted) / double(s.growth_counter) > r.o.overflow_tolerance) {
+    // The ratio and the tolerance in float32, as cerebras_pytorch compares them (its tensors).
+    if (float(s.overflows_counted) / float(s.growth_counter) > float(r.o.overflow_tolerance)) {
         u /= 2.0f;
         ++s.backoffs;
         s.growth_counter = s.overflows_counted = 0;
@@ -98,9 +99,10 @@ void cerebras_step(RuleStep& r, bool finite) {
         ++s.growths;
         s.growth_counter = s.overflows_counted = 0;
     }
-    s.unclamped_scale = u;
-    // Clamped to [min_scale, max_scale], and never below 2^-126 (the guard), even with min_scale 0.
-    s.scale = std::min(std::max(u, std::max(r.o.min_scale, smallest_scale)), r.o.max_scale);
+    // Clamped to max_scale, then (what get_non_clamped_scale() reports) to min_scale and never below
+    // 2^-126 (the guard), even with min_scale 0.
+    s.unclamped_scale = std::min(u, r.o.max_scale);
+    s.scale = std::max(s.unclamped_scale, std::max(r.o.min_scale, smallest_scale));
 }
 
 /// Ascend (MindSpore): grow after N good steps; back off by backoff_factor (not below 1) every
@@ -109,8 +111,8 @@ void ascend_step(RuleStep& r, bool finite) {
     LossScaleState& s = r.s;
     if (finite) {
         if (s.growth_counter + 1 >= r.o.growth_interval) {
-            if (s.scale < 3.4e38f / r.o.growth_factor) {
-                s.scale *= r.o.growth_factor;
+            if (s.scale < 3.4e38f / static_cast<float>(r.o.growth_factor)) {
+                s.scale = r.times(s.scale, r.o.growth_factor);
                 ++s.growths;
             }
             s.growth_counter = s.overflows_counted = 0;
@@ -118,7 +120,7 @@ void ascend_step(RuleStep& r, bool finite) {
             ++s.growth_counter;
         }
     } else if (s.overflows_counted + 1 >= r.o.decrease_every) {
-        s.scale = std::max(1.0f, s.scale * r.o.backoff_factor);
+        s.scale = std::max(1.0f, r.times(s.scale, r.o.backoff_factor));
         ++s.backoffs;
         s.growth_counter = s.overflows_counted = 0;
     } else {
@@ -127,13 +129,47 @@ void ascend_step(RuleStep& r, bool finite) {
     }
 }
 
+/// MindSpore (its DynamicLossScaleUpdateCell, which Model trains with): grow on the N-th finite step
+/// since the last rescale (no check for overflow: the guard's), back off by multiplying with the float32
+/// reciprocal of the one factor, never below 1. `iteration` and `last_overflow` are its cur_iter − 1 and
+/// last_overflow_iter − 1 (set by growths too); `overflows_counted` counts overflows in a row (the bad
+/// steps of its DynamicLossScaleManager).
+void mindspore_step(RuleStep& r, bool finite) {
+    LossScaleState& s = r.s;
+    const float factor = static_cast<float>(r.o.growth_factor);
+    const bool grow = s.iteration - s.last_overflow >= r.o.growth_interval;
+    if (!finite) {
+        const float floor = std::max(r.o.min_scale, 1.0f);
+        s.scale = std::max({s.scale * (1.0f / factor), floor, smallest_scale});
+        ++s.backoffs;
+        ++s.overflows_counted;
+        s.last_overflow = s.iteration;
+        s.growth_counter = 0;
+    } else {
+        s.overflows_counted = 0;
+        if (grow) {
+            r.grow();
+            s.last_overflow = s.iteration;
+            s.growth_counter = 0;
+        } else {
+            ++s.growth_counter;
+        }
+    }
+    ++s.iteration;
+}
+
 constexpr std::array<Rule, rule_count> rules{{
-    {ScaleRule::mixprec, "mixprec", {}, mixprec_step},
-    {ScaleRule::keras, "keras", {.rule = ScaleRule::keras, .min_scale = 0.0f, .max_scale = inf}, keras_step},
-    {ScaleRule::tf_keras, "tf_keras", {.rule = ScaleRule::tf_keras, .max_scale = inf}, tf_keras_step},
+    {ScaleRule::mixprec, "mixprec", {}, Product::float64, mixprec_step},
+    {ScaleRule::keras,
+     "keras",
+     {.rule = ScaleRule::keras, .min_scale = 0.0f, .max_scale = inf},
+     Product::float32,
+     keras_step},
+    {ScaleRule::tf_keras, "tf_keras", {.rule = ScaleRule::tf_keras, .max_scale = inf}, Product::float32, tf_keras_step},
     {ScaleRule::pytorch,
      "pytorch",
      {.rule = ScaleRule::pytorch, .initial_scale = 65536.0f, .min_scale = 0.0f, .max_scale = inf},
+     Product::float64,
      keras_step},
     {ScaleRule::deepspeed,
      "deepspeed",
@@ -143,6 +179,7 @@ constexpr std::array<Rule, rule_count> rules{{
       .hysteresis = 2,
       .max_scale = inf,
       .at_min_scale = AtMinScale::raise},
+     Product::float64,
      deepspeed_step},
     {ScaleRule::megatron,
      "megatron",
@@ -151,10 +188,12 @@ constexpr std::array<Rule, rule_count> rules{{
       .growth_interval = 1000,
       .hysteresis = 2,
       .max_scale = inf},
+     Product::float32,
      megatron_step},
     {ScaleRule::cerebras,
      "cerebras",
      {.rule = ScaleRule::cerebras, .min_scale = 0x1p-14f, .max_scale = 32768.0f},
+     Product::float32,
      cerebras_step},
     {ScaleRule::ascend,
      "ascend",
@@ -164,7 +203,13 @@ constexpr std::array<Rule, rule_count> rules{{
       .backoff_factor = 0.8f,
       .max_scale = inf,
       .decrease_every = 2},
+     Product::float32,
      ascend_step},
+    {ScaleRule::mindspore,
+     "mindspore",
+     {.rule = ScaleRule::mindspore, .initial_scale = 16777216.0f, .max_scale = inf},
+     Product::float32,
+     mindspore_step},
 }};
 
 constexpr bool rules_follow_the_enum() {
@@ -187,8 +232,13 @@ std::string number_text(double v) {
     return s;
 }
 
+float RuleStep::times(float scale, double factor) const {
+    if (product == Product::float32) return scale * static_cast<float>(factor);
+    return static_cast<float>(static_cast<double>(scale) * factor);
+}
+
 void RuleStep::grow() {
-    const float grown = s.scale * o.growth_factor;
+    const float grown = times(s.scale, o.growth_factor);
     if (std::isfinite(grown) && grown <= o.max_scale) {
         s.scale = grown;
         ++s.growths;
@@ -201,7 +251,7 @@ void RuleStep::back_off(float floor) {
                                ") and the gradients still overflow: they are not finite even unscaled. Lower the "
                                "learning rate, clip the gradients, look for NaN or inf in the inputs, or train in "
                                "bfloat16, whose range is float32's");
-    s.scale = std::max({s.scale * o.backoff_factor, floor, smallest_scale});
+    s.scale = std::max({times(s.scale, o.backoff_factor), floor, smallest_scale});
     ++s.backoffs;
 }
 

@@ -37,26 +37,27 @@ std::vector<std::string> Adam::slot_names() const {
 
 namespace {
 
-/// The Adam update of n elements: w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
+/// The Adam update of n elements: m ← m + (1−β₁)(g − m), v ← β₂v + (1−β₂)g², then
+/// w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
 /// (amsgrad) v replaced by the running maximum. One pass, no aliasing, run at the vector width of the
 /// instruction-set level (autodiff/tensor/detail/isa_kernels.hpp); every width rounds each operation as the scalar code
 /// does (no FMA contraction: see optim/sources.cmake), so all give the same bits.
 [[gnu::always_inline]] inline void adam_loop(std::size_t n, float* __restrict w, float* __restrict m,
                                              float* __restrict v, float* __restrict v_max, const float* __restrict g,
-                                             float b1, float b2, float eps, float step_size, float bc2_sqrt,
+                                             float c1, float b2, float c2, float eps, float step_size, float bc2_sqrt,
                                              float decay) {
     if (v_max) {
         for (std::size_t i = 0; i < n; ++i) {
-            m[i] = b1 * m[i] + (1 - b1) * g[i];
-            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+            m[i] += c1 * (g[i] - m[i]);
+            v[i] = b2 * v[i] + c2 * g[i] * g[i];
             v_max[i] = std::max(v_max[i], v[i]);
             w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v_max[i]) / bc2_sqrt + eps);
         }
         return;
     }
     for (std::size_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        m[i] += c1 * (g[i] - m[i]);
+        v[i] = b2 * v[i] + c2 * g[i] * g[i];
         w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
     }
 }
@@ -65,15 +66,18 @@ namespace {
 
 void Adam::update(std::size_t index, std::span<float> w, std::span<const float> g, float lr, std::int64_t step) {
     const double t = double(step);
-    const float step_size = float(double(lr) / (1.0 - std::pow(double(options_.beta1), t)));
-    const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(options_.beta2), t)));
+    const double beta1 = options_.beta1, beta2 = options_.beta2;
+    const float step_size = float(double(lr) / (1.0 - std::pow(beta1, t)));
+    const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(beta2, t)));
+    // The coefficients are rounded once from the doubles (1 − β exactly as PyTorch and Keras form it; m by
+    // interpolation, as both do).
+    const float c1 = float(1.0 - beta1), b2 = float(beta2), c2 = float(1.0 - beta2);
     const float decay = 1.0f - lr * weight_decay_; // exactly 1 for Adam
     float* const m = slot(0, index).data();
     float* const v = slot(1, index).data();
     float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
     autodiff::detail::vectorized([&] {
-        adam_loop(w.size(), w.data(), m, v, v_max, g.data(), options_.beta1, options_.beta2, options_.epsilon,
-                  step_size, bc2_sqrt, decay);
+        adam_loop(w.size(), w.data(), m, v, v_max, g.data(), c1, b2, c2, options_.epsilon, step_size, bc2_sqrt, decay);
     });
 }
 

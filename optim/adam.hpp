@@ -15,8 +15,8 @@ class Adam : public SlotOptimizer {
   public:
     struct Options {
         LearningRate learning_rate = 0.001f;
-        float beta1 = 0.9f;    ///< in [0, 1)
-        float beta2 = 0.999f;  ///< in [0, 1)
+        double beta1 = 0.9;    ///< in [0, 1); a double, as the libraries take it, so that 1 − β is exact
+        double beta2 = 0.999;  ///< in [0, 1)
         float epsilon = 1e-7f; ///< ≥ 0
         bool amsgrad = false;
         Clipping clip{};
@@ -45,8 +45,8 @@ class AdamW final : public Adam {
   public:
     struct Options {
         LearningRate learning_rate = 0.001f;
-        float beta1 = 0.9f;
-        float beta2 = 0.999f;
+        double beta1 = 0.9;
+        double beta2 = 0.999;
         float epsilon = 1e-7f;
         bool amsgrad = false;
         Clipping clip{};

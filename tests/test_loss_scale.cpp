@@ -188,7 +188,16 @@ BOOST_AUTO_TEST_CASE(cerebras_tolerance_and_clamp) {
     });
     run(capped, "..");
     BOOST_TEST(capped.scale() == 32768.0f); // clamped to max 2^15
-    BOOST_TEST(capped.state().unclamped_scale == 65536.0f);
+    // get_non_clamped_scale() reports the scale after the clamp to max and before the clamp to min
+    // (cerebras-pytorch 2.10: tests/golden/loss_scale/cerebras.jsonl).
+    BOOST_TEST(capped.state().unclamped_scale == 32768.0f);
+    auto floored = make("cerebras", [](auto o) {
+        o.initial_scale = 0x1p-14f;
+        return o;
+    });
+    run(floored, "!");
+    BOOST_TEST(floored.scale() == 0x1p-14f); // clamped to min 2^-14
+    BOOST_TEST(floored.state().unclamped_scale == 0x1p-15f);
 }
 
 BOOST_AUTO_TEST_CASE(ascend_cumulative_decrease) {
@@ -200,6 +209,41 @@ BOOST_AUTO_TEST_CASE(ascend_cumulative_decrease) {
     // decr_every_n = 2 counts overflows cumulatively: overflow, finite, overflow backs off once by 0.8
     BOOST_TEST(run(s, "!.!") == (std::vector<float>{1000, 1000, 1000 * 0.8f}), boost::test_tools::per_element());
     BOOST_TEST(run(s, "...") == (std::vector<float>{800, 800, 1600}), boost::test_tools::per_element());
+}
+
+// MindSpore's DynamicLossScaleUpdateCell: growth on the N-th step since the last rescale, backoff by the
+// float32 reciprocal of its one factor, never below 1; its defaults are 2^24 and 2000.
+BOOST_AUTO_TEST_CASE(mindspore_one_factor_and_floor) {
+    const LossScaleOptions preset = loss_scale_preset("mindspore");
+    BOOST_TEST(preset.initial_scale == 16777216.0f);
+    BOOST_TEST(preset.growth_interval == 2000);
+    auto s = make("mindspore", [](auto o) {
+        o.initial_scale = 3;
+        o.growth_interval = 2;
+        o.growth_factor = 3;
+        o.backoff_factor = 1.0 / 3;
+        return o;
+    });
+    BOOST_TEST(run(s, "..!.!!") == (std::vector<float>{3, 9, 9 * (1.0f / 3.0f), 9 * (1.0f / 3.0f), 1, 1}),
+               boost::test_tools::per_element());
+    BOOST_TEST(s.state().overflows_counted == 2); // in a row (the manager's bad steps)
+    LossScaleOptions two_factors = loss_scale_preset("mindspore");
+    two_factors.growth_factor = 4;
+    BOOST_CHECK_EXCEPTION(LossScale{two_factors}, std::invalid_argument, [](const std::invalid_argument& e) {
+        return std::string(e.what()).find("must be 1 / growth_factor (0.25)") != std::string::npos;
+    });
+}
+
+// cerebras_pytorch starts and caps the scale at 2^31 for cbfloat16, at 2^15 for float16 and bfloat16.
+BOOST_AUTO_TEST_CASE(cerebras_defaults_depend_on_the_half_dtype) {
+    using mixprec::autodiff::Dtype;
+    for (Dtype half : {Dtype::float16, Dtype::bfloat16}) {
+        BOOST_TEST(loss_scale_preset("cerebras", half).initial_scale == 32768.0f);
+        BOOST_TEST(loss_scale_preset("cerebras", half).max_scale == 32768.0f);
+    }
+    BOOST_TEST(loss_scale_preset("cerebras", Dtype::cbfloat16).initial_scale == 0x1p31f);
+    BOOST_TEST(loss_scale_preset("cerebras", Dtype::cbfloat16).max_scale == 0x1p31f);
+    BOOST_TEST(loss_scale_preset("pytorch", Dtype::cbfloat16).initial_scale == 65536.0f); // only cerebras
 }
 
 // A fixed scale never moves; bad options are refused with the option's name.
@@ -271,7 +315,7 @@ BOOST_AUTO_TEST_CASE(the_guard_holds_for_every_rule_and_option) {
                 o.growth_interval = 1;
                 o.hysteresis = 1;
                 o.growth_factor = 1e30f;
-                o.backoff_factor = backoff;
+                o.backoff_factor = o.rule == ScaleRule::mindspore ? 1 / o.growth_factor : backoff; // one factor
                 o.overflow_tolerance = 0;
                 o.decrease_every = 1;
                 o.at_min_scale = AtMinScale::keep_going;

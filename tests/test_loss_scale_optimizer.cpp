@@ -189,6 +189,27 @@ BOOST_AUTO_TEST_CASE(pytorch_scaling_case) {
     for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(same_bits(a[i].value().to_floats(), b[i].value().to_floats()));
 }
 
+// PyTorch test_grad_scaling_unscale: gradients of 4.0 under a scale of 4 reach the optimizer as 1.0, and
+// one inf or NaN anywhere (any variable, any position, any gradient dtype) is found and skips the step.
+BOOST_AUTO_TEST_CASE(pytorch_unscale_finds_one_inf_or_nan_anywhere) {
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+        std::vector<Variable> vars{Variable(vec({0, 0, 0}), "a"), Variable(vec({0, 0}), "b")};
+        amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 1.0f}),
+                                    {.dynamic = false, .initial_scale = 4});
+        BOOST_TEST(opt.apply({vec({4, 4, 4}, dtype), vec({4, 4}, dtype)}, vars));
+        BOOST_TEST(vars[0].value().to_floats() == (std::vector<float>{-1, -1, -1}), boost::test_tools::per_element());
+        BOOST_TEST(vars[1].value().to_floats() == (std::vector<float>{-1, -1}), boost::test_tools::per_element());
+        for (float bad : {INFINITY, -INFINITY, NAN})
+            for (std::size_t v = 0; v < 2; ++v)
+                for (std::size_t e = 0; e < vars[v].value().size(); ++e) {
+                    std::vector<Tensor> grads{vec({4, 4, 4}, dtype), vec({4, 4}, dtype)};
+                    grads[v].set({e}, bad);
+                    BOOST_TEST(!opt.apply(grads, vars));
+                    BOOST_TEST(vars[v].value().to_floats()[e] == -1.0f); // nothing applied
+                }
+    }
+}
+
 // Gradient accumulation: two micro-batches summed and unscaled once equal one step with the sum.
 BOOST_AUTO_TEST_CASE(gradient_accumulation) {
     auto a = variables(Dtype::float32, 6), b = variables(Dtype::float32, 6);

@@ -259,7 +259,10 @@ BOOST_AUTO_TEST_CASE(slots_are_aligned_with_variables) {
         BOOST_TEST_REQUIRE(slots[k].values.size() == vars[i].value().size());
         for (std::size_t e = 0; e < slots[k].values.size(); ++e) {
             const float g = gradients[0][i][e];
-            const float want = names[k] == "m" ? (1 - 0.9f) * g : (1 - 0.999f) * g * g; // from zero slots
+            // From zero slots, with the coefficients 1 − β formed in double and rounded once (as PyTorch and
+            // Keras form them): m = 0 + c1·(g − 0), v = 0 + c2·g·g.
+            const float c1 = float(1 - 0.9), c2 = float(1 - 0.999);
+            const float want = names[k] == "m" ? c1 * g : c2 * g * g;
             BOOST_TEST(slots[k].values[e] == want);
         }
     }
@@ -411,12 +414,12 @@ BOOST_AUTO_TEST_CASE(option_validation) {
     BOOST_TEST(contains(message_of([] { SGD({.momentum = -0.5f}); }), "momentum"));
     BOOST_TEST(contains(message_of([] { SGD({.weight_decay = -1.0f}); }), "weight_decay"));
     BOOST_TEST(contains(message_of([] { SGD({.learning_rate = -0.1f}); }), "learning_rate"));
-    BOOST_TEST(contains(message_of([] { Adam({.beta1 = 1.0f}); }), "beta1 must be in [0, 1) (got 1)"));
-    BOOST_TEST(contains(message_of([] { Adam({.beta2 = -0.1f}); }), "beta2"));
+    BOOST_TEST(contains(message_of([] { Adam({.beta1 = 1.0}); }), "beta1 must be in [0, 1) (got 1)"));
+    BOOST_TEST(contains(message_of([] { Adam({.beta2 = -0.1}); }), "beta2"));
     BOOST_TEST(contains(message_of([] { Adam({.epsilon = -1e-8f}); }), "epsilon"));
     BOOST_TEST(contains(message_of([] { AdamW({.weight_decay = -0.1f}); }), "AdamW: weight_decay"));
     Adam ok({.learning_rate = 1e-3, .beta2 = 0.98}); // doubles convert, as in DESIGN.md's example
-    BOOST_TEST(ok.options().beta2 == 0.98f);
+    BOOST_TEST(ok.options().beta2 == 0.98);
 }
 
 // A float16 gradient is widened exactly: the same bits as applying its float32 widening.

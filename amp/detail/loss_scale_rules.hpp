@@ -6,15 +6,24 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace mixprec::amp::detail {
 
+/// How a rule multiplies the float32 scale by a growth or backoff factor (a double in the options).
+enum class Product : std::uint8_t {
+    float64, ///< float32(double(scale) × factor): PyTorch's kernel (the factor is a double there)
+    float32, ///< scale × float32(factor) in float32: Megatron's and TensorFlow's float32 tensors
+};
+
 /// What a rule works on during one update: the state it moves and the options it reads.
 struct RuleStep {
     LossScaleState& s;
     const LossScaleOptions& o;
+    Product product;
+    float times(float scale, double factor) const;
     /// scale × growth_factor, unless that is not finite or exceeds max_scale; counts a growth.
     void grow();
     /// scale × backoff_factor, not below `floor` (nor 2^-126); counts a backoff. loss_scale_error when the
@@ -26,6 +35,7 @@ struct Rule {
     ScaleRule rule;
     std::string_view name;   ///< the preset's name: "pytorch", ...
     LossScaleOptions preset; ///< the library's defaults (preset.rule == rule)
+    Product product;         ///< how the library rounds scale × factor
     void (*step)(RuleStep&, bool finite);
 };
 

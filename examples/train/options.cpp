@@ -96,8 +96,9 @@ void check(const Options& o, bool dynamic_flags_given) {
 } // namespace
 
 amp::LossScaleOptions Options::loss_scale_options() const {
-    amp::LossScaleOptions options = amp::loss_scale_preset(loss_scale_preset);
-    const bool needs = amp::Policy(precision).needs_loss_scaling();
+    const amp::Policy policy(precision);
+    amp::LossScaleOptions options = amp::loss_scale_preset(loss_scale_preset, policy.compute_dtype());
+    const bool needs = policy.needs_loss_scaling();
     if (loss_scale == "none" || (loss_scale == "auto" && !needs)) {
         options.dynamic = false;
         options.initial_scale = 1.0f;

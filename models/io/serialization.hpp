@@ -242,9 +242,12 @@ amp::LossScaleSnapshot load_format1_loss_scale(Archive& ar) {
     if (!known) bad_field("loss scale rule", "unknown value " + std::to_string(rule));
     o.rule = *known;
     o.dynamic = load_flag(ar, "dynamic");
+    float growth_factor = 0, backoff_factor = 0; // float32 in format 1
     ar(cereal::make_nvp("initial_scale", o.initial_scale), cereal::make_nvp("growth_interval", o.growth_interval),
-       cereal::make_nvp("growth_factor", o.growth_factor), cereal::make_nvp("backoff_factor", o.backoff_factor),
+       cereal::make_nvp("growth_factor", growth_factor), cereal::make_nvp("backoff_factor", backoff_factor),
        cereal::make_nvp("hysteresis", o.hysteresis));
+    o.growth_factor = growth_factor;
+    o.backoff_factor = backoff_factor;
     o.consecutive_hysteresis = load_flag(ar, "consecutive_hysteresis");
     ar(cereal::make_nvp("min_scale", o.min_scale), cereal::make_nvp("max_scale", o.max_scale),
        cereal::make_nvp("at_min_scale", at_min));
