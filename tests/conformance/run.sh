@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Records the golden files of tests/golden/loss_scale from the libraries themselves, then replays them
+# through mixprec and prints the conformance table. Run from the repository root after a build:
+#
+#   tests/conformance/run.sh [anchor ...]        # default: every anchor
+#
+# Each group of anchors gets its own virtual environment (their pins conflict: cerebras-pytorch wants
+# torch 2.4), made on first use under $MIXPREC_CONFORMANCE_VENVS (default ~/venvs/mixprec-conformance),
+# outside the source tree, from the pinned tests/conformance/requirements/<group>.txt. About 17 GB of
+# wheels in all; the build and scripts/test never need any of it.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+venvs=${MIXPREC_CONFORMANCE_VENVS:-$HOME/venvs/mixprec-conformance}
+build=${MIXPREC_BUILD:-$root/build}
+python=${MIXPREC_BASE_PYTHON:-python3}
+
+group_of() {
+    case $1 in
+    torch | deepspeed | megatron) echo torch ;;
+    keras | jmp) echo jax ;;
+    tf_keras) echo tf ;;
+    cerebras) echo cerebras ;;
+    mindspore | mindspore_manager) echo mindspore ;;
+    *) echo "unknown anchor '$1'" >&2; return 1 ;;
+    esac
+}
+
+venv() { # the group's environment, made and filled on first use
+    local dir=$venvs/$1
+    if [[ ! -x $dir/bin/python ]] || ! cmp -s "$here/requirements/$1.txt" "$dir/requirements.txt"; then
+        echo "== setting up $dir (tests/conformance/requirements/$1.txt)" >&2
+        "$python" -m venv "$dir"
+        "$dir/bin/pip" install --quiet -r "$here/requirements/$1.txt" >&2
+        cp "$here/requirements/$1.txt" "$dir/requirements.txt"
+    fi
+    echo "$dir/bin/python"
+}
+
+anchors=("$@")
+[[ ${#anchors[@]} -gt 0 ]] || anchors=(torch deepspeed megatron jmp keras tf_keras cerebras mindspore mindspore_manager)
+
+cd "$root"
+for anchor in "${anchors[@]}"; do
+    py=$(venv "$(group_of "$anchor")")
+    echo "== recording $anchor"
+    KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 "$py" tests/conformance/record.py "$anchor"
+done
+
+if [[ ! -x $build/tests/conformance_replay ]]; then
+    echo "build mixprec first (cmake -S . -B build && cmake --build build), or set MIXPREC_BUILD" >&2
+    exit 1
+fi
+"$build/tests/conformance_replay" tests/golden/loss_scale
