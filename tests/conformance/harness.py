@@ -4,8 +4,9 @@ golden-file format the C++ replay (tests/conformance/replay.cpp) reads.
 A golden file is JSON lines. The first line describes the recording:
     {"golden": "loss_scale", "library": ..., "version": ..., "object": ..., "preset": ...,
      "scale_kept_as": "float32" | "float64", "values": {"<mixprec name>": "<the library getter>"},
-     "options": {LossScaleOptions field: value}}
-`options` (optional) holds the library's defaults where they are not the preset's.
+     "options": {LossScaleOptions field: value}, "half_dtype": "cbfloat16"}
+`options` (optional) holds the library's defaults where they are not the preset's; `half_dtype` (optional)
+names the dtype whose preset applies (loss_scale_preset(name, dtype)).
 Each further line is one case:
     {"case": name, "options": {LossScaleOptions field: value}, "steps": n, "finite": "1101...",
      "<mixprec name>": {"code": "...", "values": ["...", ...]}, ...}

@@ -14,7 +14,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-ANCHORS = ["torch", "deepspeed", "megatron", "jmp", "keras", "tf_keras", "cerebras", "mindspore", "mindspore_manager"]
+ANCHORS = ["torch", "deepspeed", "megatron", "jmp", "keras", "tf_keras", "cerebras", "cerebras_cbfloat16", "mindspore",
+           "mindspore_manager"]
 
 
 def main():
@@ -41,8 +42,8 @@ def main():
         steps += len(case.finite)
     out = args.out or os.path.join(harness.GOLDEN_DIR, args.anchor + ".jsonl")
     harness.write_golden(out, anchor.header(), records)
-    print("%s %s: %d cases, %d steps -> %s" % (anchor.header()["library"], anchor.header()["version"],
-                                             len(records), steps, out))
+    h = anchor.header()
+    print("%s %s: %d cases, %d steps -> %s" % (h["library"], h["version"], len(records), steps, out))
 
 
 if __name__ == "__main__":

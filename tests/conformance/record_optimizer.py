@@ -44,8 +44,8 @@ def main():
                             slots={k: [hexes(w) for w in v] for k, v in r["slots"].items()})
                 f.write(json.dumps(line) + "\n")
                 steps += 1
-    print("%s %s: %d cases, %d steps -> %s" % (anchor.header()["library"], anchor.header()["version"],
-                                             len(optimizer_cases.cases()), steps, out))
+    h = anchor.header()
+    print("%s %s: %d cases, %d steps -> %s" % (h["library"], h["version"], len(optimizer_cases.cases()), steps, out))
 
 
 if __name__ == "__main__":

@@ -142,7 +142,12 @@ FileResult replay(const std::filesystem::path& path, bool verbose) {
     r.library = header.at("library");
     r.version = header.at("version");
     r.preset = header.at("preset");
-    LossScaleOptions preset = mixprec::amp::loss_scale_preset(r.preset);
+    // The preset for the library's half dtype where the header names one (Cerebras' defaults depend on it).
+    LossScaleOptions preset =
+        header.contains("half_dtype")
+            ? mixprec::amp::loss_scale_preset(
+                  r.preset, mixprec::autodiff::parse_dtype(header.at("half_dtype").get<std::string>()))
+            : mixprec::amp::loss_scale_preset(r.preset);
     if (header.contains("options")) // the library's defaults, where they are not the preset's
         conformance::set_options(preset, header.at("options"));
     for (const auto& [value, getter] : header.at("values").items())

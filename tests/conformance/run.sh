@@ -21,7 +21,7 @@ group_of() {
     torch | deepspeed | megatron) echo torch ;;
     keras | jmp) echo jax ;;
     tf_keras) echo tf ;;
-    cerebras) echo cerebras ;;
+    cerebras | cerebras_cbfloat16) echo cerebras ;;
     mindspore | mindspore_manager) echo mindspore ;;
     *) echo "unknown anchor '$1'" >&2; return 1 ;;
     esac
@@ -39,7 +39,7 @@ venv() { # the group's environment, made and filled on first use
 }
 
 anchors=("$@")
-[[ ${#anchors[@]} -gt 0 ]] || anchors=(torch deepspeed megatron jmp keras tf_keras cerebras mindspore mindspore_manager)
+[[ ${#anchors[@]} -gt 0 ]] || anchors=(torch deepspeed megatron jmp keras tf_keras cerebras cerebras_cbfloat16 mindspore mindspore_manager)
 
 cd "$root"
 for anchor in "${anchors[@]}"; do
