@@ -23,7 +23,7 @@
 /// |           | else c += 1                                         | (one factor: backoff_factor must be 1/g)              |
 ///
 /// (s scale, c growth counter, N growth_interval, g growth_factor, b backoff_factor, h hysteresis counter.)
-/// A fixed scale (dynamic = false) never moves. The scale is a float32, as in Keras, TF and PyTorch.
+/// A fixed scale (dynamic = false) never moves.
 ///
 /// One guard applies to every rule and every option value validation accepts: the scale stays finite and
 /// ≥ 2^-126 (the smallest normal float32). A growth whose result would not be finite leaves the scale
@@ -33,18 +33,21 @@
 /// Cerebras does not check a growth for overflow, and DeepSpeed keeps its scale in float64 (it passes
 /// 2^127 without reaching infinity); where the guard acts, a preset's sequence differs from its library's.
 ///
-/// Rounding. The scale is a float32, as in every library but DeepSpeed (a Python float, float64: the same
-/// values while its factor is 2, its only one, and the scale stays in float32's range). Factors are
-/// doubles, as the libraries take them, and each rule multiplies as its library does: pytorch, deepspeed
-/// and mixprec form scale × factor in float64 and round it once to float32 (PyTorch's kernel); keras,
-/// tf_keras, megatron, cerebras and ascend multiply float32 by the factor rounded to float32 (their
-/// float32 tensors).
+/// Rounding. The scale is a float32, as in every library but DeepSpeed and MindSpore's host-side
+/// DynamicLossScaleManager (Python floats, float64: the same values while the factor is 2, DeepSpeed's
+/// only one, and the scale stays in float32's range). Factors are doubles, as the libraries take them,
+/// and each rule multiplies as its library does: pytorch, deepspeed and mixprec form scale × factor in
+/// float64 and round it to float32 (PyTorch's kernel); keras, tf_keras, megatron, cerebras, ascend and
+/// mindspore multiply float32 by the factor rounded to float32 (their float32 tensors).
 ///
 /// Conformance. tests/conformance records these sequences from the libraries themselves (PyTorch,
 /// DeepSpeed, Megatron, Keras 3, tf.keras, jmp, Cerebras, MindSpore; versions and results in the README's
-/// conformance table) and the test suite replays them: scale bit for bit, counters, skip decisions. The
-/// guard is the only difference in the rules; tf.keras also advances the optimizer's iterations on a
-/// skipped step, which LossScaleOptimizer does not (Keras 3 does not either).
+/// conformance table) and the test suite replays them: scale bit for bit, every counter, skip decisions.
+/// The guard is the only difference in the rules, with three documented exceptions: tf.keras advances the
+/// optimizer's iterations on a skipped step (LossScaleOptimizer, as Keras 3, does not); DeepSpeed before
+/// 0.17.1 grew one clean step earlier (the preset follows 0.17.1 and later); MindSpore's manager keeps a
+/// float64 scale (the mindspore preset follows the float32 update cell that Model trains with). ascend
+/// (Huawei's TensorFlow adapter, not on PyPI) is checked against its source only.
 
 #include <mixprec/autodiff/tensor/dtype.hpp>
 
