@@ -6,9 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,6 +82,30 @@ inline std::string number(double v) {
     char text[64];
     std::snprintf(text, sizeof text, "%.9g", v);
     return text;
+}
+
+/// A replay's command line: `program <golden dir> [--verbose]`.
+struct Arguments {
+    std::vector<std::filesystem::path> files; ///< the directory's *.jsonl, sorted
+    bool verbose = false;
+};
+
+/// The arguments, or nothing after a message on stderr (no directory, or no golden file in it).
+inline std::optional<Arguments> parse_arguments(int argc, char** argv) {
+    if (argc < 2) {
+        std::cerr << "usage: " << argv[0] << " <golden dir> [--verbose]\n";
+        return std::nullopt;
+    }
+    Arguments a;
+    a.verbose = argc > 2 && std::string(argv[2]) == "--verbose";
+    for (const auto& e : std::filesystem::directory_iterator(argv[1]))
+        if (e.path().extension() == ".jsonl") a.files.push_back(e.path());
+    std::sort(a.files.begin(), a.files.end());
+    if (a.files.empty()) {
+        std::cerr << "no golden files (*.jsonl) in " << argv[1] << "\n";
+        return std::nullopt;
+    }
+    return a;
 }
 
 } // namespace conformance

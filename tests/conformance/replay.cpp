@@ -242,24 +242,13 @@ FileResult replay(const std::filesystem::path& path, bool verbose) {
 } // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::cerr << "usage: conformance_replay <golden dir> [--verbose]\n";
-        return 2;
-    }
-    const bool verbose = argc > 2 && std::string(argv[2]) == "--verbose";
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(argv[1]))
-        if (e.path().extension() == ".jsonl") files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    if (files.empty()) {
-        std::cerr << "no golden files (*.jsonl) in " << argv[1] << "\n";
-        return 1;
-    }
+    const std::optional<conformance::Arguments> args = conformance::parse_arguments(argc, argv);
+    if (!args) return 2;
     std::vector<FileResult> results;
     bool ok = true;
-    for (const auto& f : files) {
+    for (const auto& f : args->files) {
         try {
-            results.push_back(replay(f, verbose));
+            results.push_back(replay(f, args->verbose));
         } catch (const std::exception& e) {
             std::cout << "ERROR " << f.string() << ": " << e.what() << "\n";
             ok = false;

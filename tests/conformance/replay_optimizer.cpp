@@ -279,24 +279,13 @@ std::string result(const Replay& r) {
 } // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::cerr << "usage: conformance_replay_optimizer <golden dir> [--verbose]\n";
-        return 2;
-    }
-    const bool verbose = argc > 2 && std::string(argv[2]) == "--verbose";
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(argv[1]))
-        if (e.path().extension() == ".jsonl") files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    if (files.empty()) {
-        std::cerr << "no golden files (*.jsonl) in " << argv[1] << "\n";
-        return 1;
-    }
+    const std::optional<conformance::Arguments> args = conformance::parse_arguments(argc, argv);
+    if (!args) return 2;
     bool ok = true;
     std::cout << "| library | version | object | cases | steps | result |\n|---|---|---|---:|---:|---|\n";
-    for (const auto& f : files) {
+    for (const auto& f : args->files) {
         try {
-            const Replay r = replay(f, verbose);
+            const Replay r = replay(f, args->verbose);
             ok = ok && r.failures == 0;
             std::cout << "| " << r.library << " | " << r.version << " | loss-scaled SGD, Adam, AdamW | " << r.cases
                       << " | " << r.steps << " | " << result(r) << " |\n";
