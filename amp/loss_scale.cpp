@@ -2,7 +2,9 @@
 
 #include <mixprec/amp/detail/loss_scale_rules.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 
 namespace mixprec::amp {
@@ -36,6 +38,23 @@ LossScaleOptions loss_scale_preset(std::string_view name) {
         names += (names.empty() ? "" : ", ") + std::string(r.name);
     }
     throw std::invalid_argument("unknown loss scale preset '" + std::string(name) + "' (valid: " + names + ")");
+}
+
+bool rule_reads(ScaleRule rule, std::string_view option) {
+    static constexpr std::string_view every_rule[] = {"rule", "dynamic", "initial_scale", "growth_interval"};
+    static constexpr std::string_view fields[] = {"growth_factor",          "backoff_factor",     "hysteresis",
+                                                  "consecutive_hysteresis", "min_scale",          "max_scale",
+                                                  "at_min_scale",           "overflow_tolerance", "decrease_every"};
+    if (std::ranges::find(every_rule, option) != std::end(every_rule)) return true;
+    if (std::ranges::find(fields, option) == std::end(fields))
+        throw std::invalid_argument("LossScaleOptions has no field '" + std::string(option) + "'");
+    const std::string_view reads = detail::scale_rules().at(static_cast<std::size_t>(rule)).reads;
+    for (std::size_t begin = 0; begin < reads.size();) {
+        const std::size_t end = std::min(reads.find(' ', begin), reads.size());
+        if (reads.substr(begin, end - begin) == option) return true;
+        begin = end + 1;
+    }
+    return false;
 }
 
 LossScaleOptions loss_scale_preset(std::string_view name, autodiff::Dtype half) {

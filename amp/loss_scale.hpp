@@ -111,6 +111,12 @@ LossScaleOptions loss_scale_preset(std::string_view name, autodiff::Dtype half);
 std::vector<std::string_view> loss_scale_preset_names();
 std::string_view name_of(ScaleRule rule);
 
+/// Whether `rule` reads the LossScaleOptions field `option` ("hysteresis", "min_scale", "max_scale",
+/// "growth_factor", ...): the keras rule, for one, has no hysteresis, and ascend neither floor nor cap.
+/// initial_scale, growth_interval, rule and dynamic are read by every rule. std::invalid_argument for a
+/// name that is not a field.
+bool rule_reads(ScaleRule rule, std::string_view option);
+
 /// Thrown by update() when at_min_scale is raise and the scale cannot go lower.
 class loss_scale_error : public std::runtime_error {
   public:

@@ -234,6 +234,24 @@ BOOST_AUTO_TEST_CASE(mindspore_one_factor_and_floor) {
     });
 }
 
+// Which rule reads which option: what mixprec-train refuses to take and ignore.
+BOOST_AUTO_TEST_CASE(rules_say_which_options_they_read) {
+    const char* fields[] = {"growth_factor",  "backoff_factor", "hysteresis",     "consecutive_hysteresis",
+                            "min_scale",      "max_scale",      "at_min_scale",   "overflow_tolerance",
+                            "decrease_every", "initial_scale",  "growth_interval"};
+    for (auto name : loss_scale_preset_names())
+        for (const char* field : fields) BOOST_CHECK_NO_THROW(rule_reads(loss_scale_preset(name).rule, field));
+    BOOST_TEST(rule_reads(ScaleRule::mixprec, "hysteresis"));
+    BOOST_TEST(!rule_reads(ScaleRule::keras, "hysteresis"));
+    BOOST_TEST(rule_reads(ScaleRule::deepspeed, "consecutive_hysteresis"));
+    BOOST_TEST(!rule_reads(ScaleRule::megatron, "consecutive_hysteresis"));
+    BOOST_TEST(!rule_reads(ScaleRule::cerebras, "growth_factor")); // Cerebras doubles and halves
+    BOOST_TEST(rule_reads(ScaleRule::cerebras, "overflow_tolerance"));
+    BOOST_TEST(!rule_reads(ScaleRule::ascend, "min_scale"));
+    BOOST_TEST(rule_reads(ScaleRule::keras, "initial_scale"));
+    BOOST_CHECK_THROW(rule_reads(ScaleRule::keras, "no_such_field"), std::invalid_argument);
+}
+
 // cerebras_pytorch starts and caps the scale at 2^31 for cbfloat16, at 2^15 for float16 and bfloat16.
 BOOST_AUTO_TEST_CASE(cerebras_defaults_depend_on_the_half_dtype) {
     using mixprec::autodiff::Dtype;

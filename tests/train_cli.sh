@@ -48,6 +48,8 @@ expect 2 "'x' is not a step number"            -- --inject-nonfinite 3,x
 expect 2 "applies to --optimizer sgd only"     -- --momentum 0.5
 expect 2 "is larger than --max-scale"          -- --min-scale 10 --max-scale 1
 expect 2 "--growth-interval: Value 0"          -- --loss-scale-preset keras --growth-interval 0
+expect 2 "the keras rule has no hysteresis"    -- --loss-scale-preset keras --hysteresis 3
+expect 2 "the ascend rule has no max_scale"    -- --loss-scale-preset ascend --max-scale 1024
 expect 1 "apt-get install dataset-fashion-mnist" -- --data "$work" --max-steps 1 --quiet
 MIXPREC_ISA=avx1024 expect 2 'MIXPREC_ISA="avx1024" names no instruction-set level; use one of portable' -- --max-steps 1
 

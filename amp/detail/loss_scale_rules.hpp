@@ -36,6 +36,7 @@ struct Rule {
     std::string_view name;   ///< the preset's name: "pytorch", ...
     LossScaleOptions preset; ///< the library's defaults (preset.rule == rule)
     Product product;         ///< how the library rounds scale × factor
+    std::string_view reads;  ///< the options it reads besides those every rule reads, space-separated
     void (*step)(RuleStep&, bool finite);
 };
 

@@ -44,6 +44,24 @@ std::vector<std::int64_t> parse_steps(const std::string& list) {
     return steps;
 }
 
+/// A flag for a setting the chosen rule does not have is refused, not silently ignored.
+void check_rule_reads(const Options& o) {
+    const amp::ScaleRule rule = amp::loss_scale_preset(o.loss_scale_preset).rule;
+    const std::pair<bool, const char*> flags[] = {{o.hysteresis.has_value(), "hysteresis"},
+                                                  {o.min_scale.has_value(), "min_scale"},
+                                                  {o.max_scale.has_value(), "max_scale"}};
+    for (const auto& [given, field] : flags) {
+        if (!given || amp::rule_reads(rule, field)) continue;
+        std::string flag = std::string("--") + field, rules;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        for (std::string_view name : amp::loss_scale_preset_names())
+            if (amp::rule_reads(amp::loss_scale_preset(name).rule, field))
+                rules += (rules.empty() ? "" : ", ") + std::string(name);
+        throw conflict(flag, "the " + o.loss_scale_preset + " rule has no " + std::string(field) +
+                                 ", so it would be ignored (rules that have one: " + rules + ")");
+    }
+}
+
 void check(const Options& o, bool dynamic_flags_given) {
     if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none") {
         std::size_t used = 0;
@@ -195,6 +213,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         check(o, dynamic_flags);
         if (o.min_scale && o.max_scale && *o.min_scale > *o.max_scale)
             throw conflict("--min-scale", "is larger than --max-scale");
+        check_rule_reads(o);
         amp::LossScale validated(o.loss_scale_options()); // rejects bad values now, naming the option
     } catch (const CLI::ParseError& e) {
         const int code = app.exit(e); // prints the message (or the help)
