@@ -8,8 +8,9 @@
 ///   models::save_weights("mlp.npz", model.variables());                            // np.load reads it
 ///   models::load_weights("mlp.safetensors", model.variables());
 ///
-/// Layouts are mixprec's (Keras's): a Dense kernel is (inputs, outputs), a Conv2D kernel (kh, kw,
-/// in, out); a PyTorch nn.Linear weight is the transpose of a Dense kernel.
+/// Layouts are mixprec's: a Dense kernel is (inputs, outputs), as Keras's, the transpose of a PyTorch
+/// nn.Linear weight; a Conv2D kernel is (filters, channels, kh, kw), as a PyTorch nn.Conv2d weight
+/// (tests/conformance/gradient_oracle.py maps every layer of the built-in models).
 
 #include <mixprec/autodiff/tensor/dtype.hpp>
 #include <mixprec/autodiff/variable.hpp>

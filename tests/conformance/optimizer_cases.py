@@ -9,7 +9,8 @@ fields}, "preset", "initial": [[w, ...] per variable]} followed by one line per 
      "weights": [[w, ...] per variable], "slots": {name: [[...] per variable]}}
 Every float32 is a C99 hex float string ("inf", "-inf" and "nan" included). Gradients are the scaled
 ones a backward pass of the scaled loss gives; a step with several micro-batches sums them (gradient
-accumulation). Slots use mixprec's names and are absent until the library creates them.
+accumulation). Slots use mixprec's names and are absent until the library creates them. An optimizer with
+"clip_global_norm" clips the unscaled gradients to that global norm before it steps.
 """
 
 import random
@@ -67,6 +68,11 @@ def cases():
                                                    epsilon=1e-8), odd, 30, bad=bad, seed=6),
         OptimizerCase("sgd_momentum_accumulate_3", dict(kind="sgd", learning_rate=0.05, momentum=0.9), ls, 20,
                       micro_batches=3, bad={3: (1, 0, 0, inf), 9: (2, 1, 1, nan), 10: (0, 0, 2, -inf)}, seed=7),
+        OptimizerCase("sgd_momentum_clip_global_norm_0.5",
+                      dict(kind="sgd", learning_rate=0.05, momentum=0.9, clip_global_norm=0.5), ls, 30, bad=bad,
+                      seed=9),
+        OptimizerCase("adam_clip_global_norm_0.5", dict(kind="adam", learning_rate=0.01, beta1=0.9, beta2=0.999,
+                                                        epsilon=1e-8, clip_global_norm=0.5), odd, 30, bad=bad, seed=10),
         OptimizerCase("adamw_accumulate_2", dict(kind="adamw", learning_rate=0.01, beta1=0.9, beta2=0.999,
                                                  epsilon=1e-8, weight_decay=0.01), odd, 20, micro_batches=2,
                       bad={2: (1, 1, 0, inf), 7: (0, 0, 1, nan)}, seed=8),

@@ -33,21 +33,25 @@ using nlohmann::json;
 std::unique_ptr<optim::Optimizer> inner_optimizer(const json& o) {
     const std::string kind = o.at("kind");
     const float lr = o.at("learning_rate").get<float>();
+    optim::Clipping clip;
+    if (o.contains("clip_global_norm")) clip.global_clipnorm = o.at("clip_global_norm").get<float>();
     if (kind == "sgd")
         return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = lr,
                                                                 .momentum = o.value("momentum", 0.0f),
                                                                 .nesterov = o.value("nesterov", false),
-                                                                .weight_decay = o.value("weight_decay", 0.0f)});
+                                                                .weight_decay = o.value("weight_decay", 0.0f),
+                                                                .clip = clip});
     const double beta1 = o.at("beta1"), beta2 = o.at("beta2");
     const float epsilon = o.at("epsilon");
     if (kind == "adam")
-        return std::make_unique<optim::Adam>(
-            optim::Adam::Options{.learning_rate = lr, .beta1 = beta1, .beta2 = beta2, .epsilon = epsilon});
+        return std::make_unique<optim::Adam>(optim::Adam::Options{
+            .learning_rate = lr, .beta1 = beta1, .beta2 = beta2, .epsilon = epsilon, .clip = clip});
     if (kind == "adamw")
         return std::make_unique<optim::AdamW>(optim::AdamW::Options{.learning_rate = lr,
                                                                     .beta1 = beta1,
                                                                     .beta2 = beta2,
                                                                     .epsilon = epsilon,
+                                                                    .clip = clip,
                                                                     .weight_decay = o.at("weight_decay")});
     throw std::runtime_error("unknown optimizer kind '" + kind + "'");
 }
@@ -88,27 +92,57 @@ struct Bounds {
     double weight = 0, slot0 = 0, slot1 = 0;
 };
 
-Bounds sgd_bounds(const json& o, double w, double b, double g, bool first) {
+/// `dg` is what the gradient itself may differ by before the update (clipping: see clipped_gradients).
+Bounds sgd_bounds(const json& o, double w, double b, double g, double dg, bool first) {
     const double lr = o.at("learning_rate"), mu = o.value("momentum", 0.0), wd = o.value("weight_decay", 0.0);
     const double gd = std::abs(g) + wd * std::abs(w); // the decayed gradient's terms
-    if (mu == 0) return {2 * gamma(5) * (std::abs(w) + lr * gd)};
+    if (mu == 0) return {2 * gamma(5) * (std::abs(w) + lr * gd) + lr * dg};
     const double tb = first ? gd : mu * std::abs(b) + gd; // the new momentum buffer's terms
-    const double tw = std::abs(w) + lr * (o.value("nesterov", false) ? gd + mu * tb : tb);
-    return {2 * gamma(8) * tw, 2 * gamma(5) * tb};
+    const bool nesterov = o.value("nesterov", false);
+    const double tw = std::abs(w) + lr * (nesterov ? gd + mu * tb : tb);
+    return {2 * gamma(8) * tw + lr * dg * (nesterov ? 1 + mu : 1), 2 * gamma(5) * tb + dg};
 }
 
-Bounds adam_bounds(const json& o, double w, double m, double v, double g, double m1, double v1, std::int64_t t) {
+Bounds adam_bounds(const json& o, double w, double m, double v, double g, double dg, double m1, double v1,
+                   std::int64_t t) {
     const double lr = o.at("learning_rate"), b1 = o.at("beta1"), b2 = o.at("beta2"), eps = o.at("epsilon");
     const double wd = o.value("weight_decay", 0.0);
     const double tm = b1 * std::abs(m) + (1 - b1) * std::abs(g), tv = b2 * v + (1 - b2) * g * g;
     const double step_size = lr / (1 - std::pow(b1, double(t))), c = std::sqrt(1 - std::pow(b2, double(t)));
     const double d = std::sqrt(v1) / c + eps, update = step_size * std::abs(m1) / d;
-    // The update s·m/(√v/c + ε): its own roundings (the step size included), m's difference carried
-    // through s/D, and v's relative difference halved by the square root.
-    const double du =
-        2 * (gamma(7) * update + step_size * gamma(4) * tm / d + (v1 > 0 ? update * gamma(5) * tv / (2 * v1) : 0));
+    // m and v: their own roundings, and the gradient's difference dg, which moves m by (1−β₁)·dg and v by
+    // (1−β₂)·(2|g| + dg)·dg. The update s·m/(√v/c + ε): its own roundings (the step size included), m's
+    // difference carried through s/D, and v's relative difference halved by the square root.
+    const double dm = 2 * gamma(4) * tm + (1 - b1) * dg;
+    const double dv = 2 * gamma(5) * tv + (1 - b2) * (2 * std::abs(g) + dg) * dg;
+    const double du = 2 * gamma(7) * update + step_size * dm / d + (v1 > 0 ? update * dv / (2 * v1) : 0);
     const double decay = wd > 0 ? 2 * gamma(3) * std::abs(w) : 0; // 1 − lr·wd rounded in float or double
-    return {2 * gamma(2) * (std::abs(w) + update) + du + decay, 2 * gamma(4) * tm, 2 * gamma(5) * tv};
+    return {2 * gamma(2) * (std::abs(w) + update) + du + decay, dm, dv};
+}
+
+/// Clips `g` (the unscaled gradients) to the global norm c as mixprec does, and returns what each element
+/// may differ by from PyTorch's clip_grad_norm_: it multiplies by c / (‖g‖ + 1e-6) (clamped to 1) with the
+/// norm in float32, mixprec by c / ‖g‖ with the norm in double. Their factors differ relatively by at most
+/// 1e-6/‖g‖ plus the float32 norm's error (γ of the element count + 4: the squares, the sum, the square
+/// root, the division), and each product rounds once.
+std::vector<std::vector<double>> clipped_gradients(std::vector<std::vector<float>>& g, const json& o) {
+    std::vector<std::vector<double>> dg;
+    double sum = 0;
+    int n = 0;
+    for (const auto& v : g) {
+        dg.emplace_back(v.size(), 0.0);
+        for (float x : v) sum += double(x) * x, ++n;
+    }
+    if (!o.contains("clip_global_norm")) return dg;
+    const double c = o.at("clip_global_norm").get<float>(), norm = std::sqrt(sum);
+    if (!(norm > c - 1e-6) || !std::isfinite(norm)) return dg;
+    const double relative = 1e-6 / norm + 2 * gamma(n + 4) + 2 * u;
+    for (std::size_t i = 0; i < g.size(); ++i)
+        for (std::size_t k = 0; k < g[i].size(); ++k) {
+            if (norm > c) g[i][k] *= float(c / norm);
+            dg[i][k] = std::abs(double(g[i][k])) * relative;
+        }
+    return dg;
 }
 
 class CaseReplay {
@@ -139,6 +173,7 @@ class CaseReplay {
             }
         for (auto& g : unscaled)
             for (float& x : g) x *= inverse;
+        const std::vector<std::vector<double>> dg = clipped_gradients(unscaled, optimizer_);
         const auto tensors = [](const json& mb) {
             std::vector<autodiff::Tensor> grads;
             for (const auto& g : mb) grads.push_back(float32_tensor(parse_floats(g)));
@@ -182,10 +217,10 @@ class CaseReplay {
                 Bounds b;
                 if (applied && kind == "sgd")
                     b = sgd_bounds(optimizer_, weights_[i][k], slots_before.empty() ? 0 : slots_before[0][k],
-                                   unscaled[i][k], !slots_.count("momentum"));
+                                   unscaled[i][k], dg[i][k], !slots_.count("momentum"));
                 else if (applied)
                     b = adam_bounds(optimizer_, weights_[i][k], slots_before[0][k], slots_before[1][k], unscaled[i][k],
-                                    their_slots[0][k], their_slots[1][k], opt_->iterations());
+                                    dg[i][k], their_slots[0][k], their_slots[1][k], opt_->iterations());
                 failure = check("weight", i, k, theirs[k], ours[k], b.weight);
                 for (std::size_t j = 0; j < their_slots.size() && failure.empty(); ++j)
                     failure =

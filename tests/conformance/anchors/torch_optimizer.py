@@ -1,7 +1,8 @@
 """PyTorch's loss-scaled step: torch.amp.GradScaler("cpu") with torch.optim.SGD, Adam or AdamW
 (single-tensor code path, foreach=False). Each micro-batch's scaled gradients are added into .grad as
 backward passes would; then scaler.step(optimizer) unscales, checks and steps or skips, and
-scaler.update() moves the scale."""
+scaler.update() moves the scale. With clipping, scaler.unscale_(optimizer) and
+torch.nn.utils.clip_grad_norm_ come first, as PyTorch's AMP recipe does it."""
 
 import torch
 
@@ -26,6 +27,7 @@ class Driver:
             extra = dict(weight_decay=o["weight_decay"]) if o["kind"] == "adamw" else {}
             self.opt = cls(self.params, lr=o["learning_rate"], betas=(o["beta1"], o["beta2"]), eps=o["epsilon"],
                            foreach=False, **extra)
+        self.clip = o.get("clip_global_norm")
         self.applied = 0
         inner = self.opt.step
 
@@ -51,6 +53,9 @@ class Driver:
                 g = torch.tensor(g, dtype=torch.float32)
                 p.grad = g if p.grad is None else p.grad + g
         before = self.applied
+        if self.clip is not None:  # PyTorch's recipe: unscale first, then clip, then step
+            self.scaler.unscale_(self.opt)
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip, foreach=False)
         self.scaler.step(self.opt)
         self.scaler.update()
         return self.applied > before
