@@ -105,8 +105,8 @@ void cerebras_step(RuleStep& r, bool finite) {
     s.scale = std::max(s.unclamped_scale, std::max(r.o.min_scale, smallest_scale));
 }
 
-/// Ascend (MindSpore): grow after N good steps; back off by backoff_factor (not below 1) every
-/// decrease_every overflows, counted since the last rescale.
+/// Ascend (Huawei's TensorFlow adapter, ExponentialUpdateLossScaleManager): grow after N good steps; back
+/// off by backoff_factor (not below 1) every decrease_every overflows, counted since the last rescale.
 void ascend_step(RuleStep& r, bool finite) {
     LossScaleState& s = r.s;
     if (finite) {

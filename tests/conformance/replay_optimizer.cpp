@@ -154,7 +154,9 @@ class CaseReplay {
         std::size_t i = 0;
         for (const auto& w : c.at("initial")) {
             weights_.push_back(parse_floats(w));
-            vars_.emplace_back(float32_tensor(weights_.back()), "w" + std::to_string(i++));
+            std::string name = "w"; // appended, not "w" + ...: GCC 12 warns falsely (-Wrestrict) on the latter
+            name += std::to_string(i++);
+            vars_.emplace_back(float32_tensor(weights_.back()), name);
         }
         opt_ = std::make_unique<amp::LossScaleOptimizer>(inner_optimizer(optimizer_), options);
     }
