@@ -10,6 +10,8 @@
 
 #include "golden.hpp"
 
+#include "error_bounds.hpp"
+
 #include <mixprec/mixprec.hpp>
 
 #include <algorithm>
@@ -79,9 +81,7 @@ struct Replay {
 };
 
 constexpr double u = 0x1p-24; // float32's unit roundoff
-
-/// γ_k = k·u / (1 − k·u): the relative error bound of an expression evaluated with k roundings.
-constexpr double gamma(int k) { return k * u / (1 - k * u); }
+using error_bounds::gamma32;  // γ_k = k·u / (1 − k·u): the relative error bound of k roundings
 
 /// What one element of one step may differ by between two implementations of the same update that round
 /// in a different order (the derivation is in tests/conformance/README.md). Both start from the same state
@@ -96,11 +96,11 @@ struct Bounds {
 Bounds sgd_bounds(const json& o, double w, double b, double g, double dg, bool first) {
     const double lr = o.at("learning_rate"), mu = o.value("momentum", 0.0), wd = o.value("weight_decay", 0.0);
     const double gd = std::abs(g) + wd * std::abs(w); // the decayed gradient's terms
-    if (mu == 0) return {2 * gamma(5) * (std::abs(w) + lr * gd) + lr * dg};
+    if (mu == 0) return {2 * gamma32(5) * (std::abs(w) + lr * gd) + lr * dg};
     const double tb = first ? gd : mu * std::abs(b) + gd; // the new momentum buffer's terms
     const bool nesterov = o.value("nesterov", false);
     const double tw = std::abs(w) + lr * (nesterov ? gd + mu * tb : tb);
-    return {2 * gamma(8) * tw + lr * dg * (nesterov ? 1 + mu : 1), 2 * gamma(5) * tb + dg};
+    return {2 * gamma32(8) * tw + lr * dg * (nesterov ? 1 + mu : 1), 2 * gamma32(5) * tb + dg};
 }
 
 Bounds adam_bounds(const json& o, double w, double m, double v, double g, double dg, double m1, double v1,
@@ -113,11 +113,11 @@ Bounds adam_bounds(const json& o, double w, double m, double v, double g, double
     // m and v: their own roundings, and the gradient's difference dg, which moves m by (1−β₁)·dg and v by
     // (1−β₂)·(2|g| + dg)·dg. The update s·m/(√v/c + ε): its own roundings (the step size included), m's
     // difference carried through s/D, and v's relative difference halved by the square root.
-    const double dm = 2 * gamma(4) * tm + (1 - b1) * dg;
-    const double dv = 2 * gamma(5) * tv + (1 - b2) * (2 * std::abs(g) + dg) * dg;
-    const double du = 2 * gamma(7) * update + step_size * dm / d + (v1 > 0 ? update * dv / (2 * v1) : 0);
-    const double decay = wd > 0 ? 2 * gamma(3) * std::abs(w) : 0; // 1 − lr·wd rounded in float or double
-    return {2 * gamma(2) * (std::abs(w) + update) + du + decay, dm, dv};
+    const double dm = 2 * gamma32(4) * tm + (1 - b1) * dg;
+    const double dv = 2 * gamma32(5) * tv + (1 - b2) * (2 * std::abs(g) + dg) * dg;
+    const double du = 2 * gamma32(7) * update + step_size * dm / d + (v1 > 0 ? update * dv / (2 * v1) : 0);
+    const double decay = wd > 0 ? 2 * gamma32(3) * std::abs(w) : 0; // 1 − lr·wd rounded in float or double
+    return {2 * gamma32(2) * (std::abs(w) + update) + du + decay, dm, dv};
 }
 
 /// Clips `g` (the unscaled gradients) to the global norm c as mixprec does, and returns what each element
@@ -136,7 +136,7 @@ std::vector<std::vector<double>> clipped_gradients(std::vector<std::vector<float
     if (!o.contains("clip_global_norm")) return dg;
     const double c = o.at("clip_global_norm").get<float>(), norm = std::sqrt(sum);
     if (!(norm > c - 1e-6) || !std::isfinite(norm)) return dg;
-    const double relative = 1e-6 / norm + 2 * gamma(n + 4) + 2 * u;
+    const double relative = 1e-6 / norm + 2 * gamma32(n + 4) + 2 * u;
     for (std::size_t i = 0; i < g.size(); ++i)
         for (std::size_t k = 0; k < g[i].size(); ++k) {
             if (norm > c) g[i][k] *= float(c / norm);

@@ -17,21 +17,33 @@ def header():
                         "applied_steps": "calls of optimizer.step() made by scaler.step()"})
 
 
+def grad_scaler(options):
+    """torch.amp.GradScaler("cpu") with the options given (mixprec's names), PyTorch's defaults otherwise."""
+    o = dict(DEFAULTS, **options)
+    return torch.amp.GradScaler("cpu", init_scale=o["initial_scale"], growth_factor=o["growth_factor"],
+                                backoff_factor=o["backoff_factor"], growth_interval=o["growth_interval"])
+
+
+class StepCounter:
+    """Counts the calls of optimizer.step() that actually run (GradScaler.step skips it on an overflow)."""
+
+    def __init__(self, optimizer):
+        self.count = 0
+        inner = optimizer.step
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return inner(*args, **kwargs)
+
+        optimizer.step = counted
+
+
 class Driver:
     def __init__(self, options):
-        o = dict(DEFAULTS, **options)
         self.param = torch.nn.Parameter(torch.zeros(2))
         self.optimizer = torch.optim.SGD([self.param], lr=0.0)
-        self.applied = 0
-        inner_step = self.optimizer.step
-
-        def counted_step(*args, **kwargs):
-            self.applied += 1
-            return inner_step(*args, **kwargs)
-
-        self.optimizer.step = counted_step
-        self.scaler = torch.amp.GradScaler("cpu", init_scale=o["initial_scale"], growth_factor=o["growth_factor"],
-                                           backoff_factor=o["backoff_factor"], growth_interval=o["growth_interval"])
+        self.steps = StepCounter(self.optimizer)
+        self.scaler = grad_scaler(options)
 
 
 def make(options):
@@ -47,4 +59,4 @@ def step(d, finite):
 
 def read(d):
     return {"scale": d.scaler.get_scale(), "growth_counter": int(d.scaler.state_dict()["_growth_tracker"]),
-            "applied_steps": d.applied}
+            "applied_steps": d.steps.count}

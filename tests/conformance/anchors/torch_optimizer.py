@@ -6,6 +6,8 @@ torch.nn.utils.clip_grad_norm_ come first, as PyTorch's AMP recipe does it."""
 
 import torch
 
+from anchors.torch import StepCounter, grad_scaler
+
 PRESET = "pytorch"
 
 
@@ -28,18 +30,8 @@ class Driver:
             self.opt = cls(self.params, lr=o["learning_rate"], betas=(o["beta1"], o["beta2"]), eps=o["epsilon"],
                            foreach=False, **extra)
         self.clip = o.get("clip_global_norm")
-        self.applied = 0
-        inner = self.opt.step
-
-        def counted(*args, **kwargs):
-            self.applied += 1
-            return inner(*args, **kwargs)
-
-        self.opt.step = counted
-        ls = dict(dict(initial_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000),
-                  **case.loss_scale)
-        self.scaler = torch.amp.GradScaler("cpu", init_scale=ls["initial_scale"], growth_factor=ls["growth_factor"],
-                                           backoff_factor=ls["backoff_factor"], growth_interval=ls["growth_interval"])
+        self.steps = StepCounter(self.opt)
+        self.scaler = grad_scaler(case.loss_scale)
 
     def scale(self):
         return self.scaler.get_scale()
@@ -52,13 +44,13 @@ class Driver:
             for p, g in zip(self.params, mb):
                 g = torch.tensor(g, dtype=torch.float32)
                 p.grad = g if p.grad is None else p.grad + g
-        before = self.applied
+        before = self.steps.count
         if self.clip is not None:  # PyTorch's recipe: unscale first, then clip, then step
             self.scaler.unscale_(self.opt)
             torch.nn.utils.clip_grad_norm_(self.params, self.clip, foreach=False)
         self.scaler.step(self.opt)
         self.scaler.update()
-        return self.applied > before
+        return self.steps.count > before
 
     def record(self):
         slots = {}
@@ -68,7 +60,7 @@ class Driver:
                 t = self.opt.state.get(p, {}).get(key)
                 if t is not None:
                     slots.setdefault(name, []).append(t.tolist())
-        return dict(iterations=self.applied, scale=self.scaler.get_scale(),
+        return dict(iterations=self.steps.count, scale=self.scaler.get_scale(),
                     growth_counter=int(self.scaler.state_dict()["_growth_tracker"]),
                     weights=[p.detach().tolist() for p in self.params], slots=slots)
 
