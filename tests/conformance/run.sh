@@ -7,8 +7,8 @@
 #
 # Each group of anchors gets its own virtual environment (their pins conflict: cerebras-pytorch wants
 # torch 2.4), made on first use under $MIXPREC_CONFORMANCE_VENVS (default ~/venvs/mixprec-conformance),
-# outside the source tree, from the pinned tests/conformance/requirements/<group>.txt. About 17 GB of
-# wheels in all; the build and scripts/test never need any of it.
+# outside the source tree, from the pinned tests/conformance/requirements/<group>.txt. About 17 GB
+# installed in all; the build and scripts/test never need any of it.
 set -euo pipefail
 shopt -s inherit_errexit # a failure inside $(...) stops the script too
 
