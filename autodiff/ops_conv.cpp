@@ -267,7 +267,7 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, Tenso
 }
 
 struct conv_grads {
-    Tensor& dx;     // (N, C, H, W)
+    Tensor* dx;     // (N, C, H, W), or null when not wanted
     float *dw, *db; // (O, C·kh·kw), (O) or null
 };
 
@@ -281,7 +281,7 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
         float *dw = partial.data() + t * sums, *db = dw + g.o * k;
         T* cols = scratch<T>(0, k * most * l);
         T* dyp = scratch<T>(1, g.o * most * l);
-        float* dcols = scratch<float>(2, k * most * l);
+        float* dcols = d.dx ? scratch<float>(2, k * most * l) : nullptr;
         float* dw_chunk = scratch<float>(3, g.o * k);
         for (std::size_t n0 = lo; n0 < hi; n0 += most) {
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
@@ -300,11 +300,12 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
             }
             gemm(g.o, k, row, false, true, dyp, cols, dw_chunk); // dY · colsᵀ
             for (std::size_t i = 0; i < g.o * k; ++i) dw[i] += dw_chunk[i];
+            if (!d.dx) continue;
             gemm(k, row, g.o, true, false, w, dyp, dcols); // wᵀ · dY
             for (std::size_t b = 0; b < nb; ++b) {
-                float* dx = workspace(d.dx, (n0 + b) * image, image, true);
+                float* dx = workspace(*d.dx, (n0 + b) * image, image, true);
                 col2im(g, dcols, row, b, dx);
-                commit(d.dx, (n0 + b) * image, dx, image);
+                commit(*d.dx, (n0 + b) * image, dx, image);
             }
         }
     });
@@ -316,7 +317,7 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
     }
 }
 
-detail::conv_bf16_shape conv_shape(const geometry& g) {
+detail::conv_shape onednn_shape(const geometry& g, detail::conv_operands operands) {
     const auto& o = g.opt;
     return {g.n,
             g.c,
@@ -329,43 +330,79 @@ detail::conv_bf16_shape conv_shape(const geometry& g) {
             g.wo,
             {o.stride[0], o.stride[1]},
             {o.dilation[0], o.dilation[1]},
-            {o.padding[0], o.padding[1]}};
+            {o.padding[0], o.padding[1]},
+            operands};
+}
+
+/// The route of a convolution: oneDNN's primitives (bfloat16 operands as they are where the level has
+/// AVX512-BF16, every other dtype widened to float32), or im2col and a GEMM (see ops_conv.hpp for which
+/// one `automatic` takes, and why).
+enum class route { onednn_bf16, onednn_f32, im2col_bf16, im2col_f32 };
+
+route route_of(const geometry& g, Dtype dtype, ConvBackend backend) {
+    const bool bf16 = dtype == Dtype::bfloat16 && detail::onednn_bf16_available();
+    // oneDNN wants every dimension nonzero; empty shapes stay on the im2col path
+    const bool onednn = g.n > 0 && g.c > 0 && g.o > 0 && g.l() > 0 &&
+                        (backend == ConvBackend::onednn || (backend == ConvBackend::automatic && bf16));
+    if (onednn) return bf16 ? route::onednn_bf16 : route::onednn_f32;
+    return bf16 ? route::im2col_bf16 : route::im2col_f32;
 }
 
 } // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
-    const bool bf16 = x.dtype() == Dtype::bfloat16 && detail::onednn_bf16_available();
-    // oneDNN convolution primitives for bfloat16, writing float32 that is rounded here once; empty
-    // shapes stay on the im2col path.
-    const bool direct = bf16 && g.n > 0 && g.c > 0 && g.o > 0 && g.l() > 0;
+    const route r = route_of(g, x.dtype(), options.backend);
+    const auto operands = r == route::onednn_bf16 ? detail::conv_operands::bf16 : detail::conv_operands::f32;
     Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, x.dtype());
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
-    if (direct) {
-        float* wide = scratch<float>(image_result, y.size());
-        detail::onednn_conv_bf16_forward(conv_shape(g), x.raw(), w.raw(), b, wide);
-        narrow(wide, y.raw(), y.size(), y.dtype());
-    } else if (bf16) {
-        forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, y);
-    } else {
-        forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, y);
+    switch (r) {
+    case route::onednn_bf16:
+    case route::onednn_f32: {
+        const bool narrowed = y.dtype() != Dtype::float32;
+        float* wide = narrowed ? scratch<float>(image_result, y.size()) : static_cast<float*>(y.raw());
+        const void* xs = r == route::onednn_bf16 ? x.raw() : floats_of(x, widened_x);
+        const void* ws = r == route::onednn_bf16 ? w.raw() : floats_of(w, widened_w);
+        detail::onednn_conv_forward(onednn_shape(g, operands), xs, ws, b, wide);
+        if (narrowed) narrow(wide, y.raw(), y.size(), y.dtype());
+        break;
     }
-    const auto grads = [x, w, has_bias = bias.has_value(), g, bf16, direct](const Tensor& dy) {
-        Tensor dx = Tensor::uninitialized(x.shape(), x.dtype()); // every image is zeroed in turn
+    case route::im2col_bf16:
+        forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, y);
+        break;
+    case route::im2col_f32:
+        forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, y);
+        break;
+    }
+    const auto grads = [x, w, has_bias = bias.has_value(), g, r, operands](const Tensor& dy) {
+        // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
+        std::optional<Tensor> dx;
+        if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), x.dtype());
         float_result dw(w.shape(), w.dtype());
         std::optional<float_result> db;
         if (has_bias) db.emplace(Shape{g.o}, w.dtype());
-        const conv_grads d{dx, dw.data, db ? db->data : nullptr};
-        if (direct) {
-            float* wide = scratch<float>(image_result, dx.size());
-            detail::onednn_conv_bf16_backward(conv_shape(g), x.raw(), w.raw(), dy.data<bfloat16>().data(), wide,
-                                              dw.data, db ? db->data : nullptr);
-            narrow(wide, dx.raw(), dx.size(), dx.dtype());
-        } else if (bf16) {
+        const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr};
+        switch (r) {
+        case route::onednn_bf16:
+        case route::onednn_f32: {
+            const bool narrowed = dx && dx->dtype() != Dtype::float32;
+            float* wide = !dx        ? nullptr
+                          : narrowed ? scratch<float>(image_result, dx->size())
+                                     : static_cast<float*>(dx->raw());
+            const bool as_is = r == route::onednn_bf16;
+            detail::onednn_conv_backward(onednn_shape(g, operands), as_is ? x.raw() : floats_of(x, widened_x),
+                                         as_is ? w.raw() : floats_of(w, widened_w),
+                                         as_is ? dy.raw() : floats_of(dy, widened_other), wide, dw.data,
+                                         db ? db->data : nullptr);
+            if (narrowed) narrow(wide, dx->raw(), dx->size(), dx->dtype());
+            break;
+        }
+        case route::im2col_bf16:
             backward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), dy.data<bfloat16>().data(), d);
-        } else {
+            break;
+        case route::im2col_f32:
             backward(g, floats_of(x, widened_x), floats_of(w, widened_w), floats_of(dy, widened_other), d);
+            break;
         }
         Gradients result{dx, dw.finish()};
         if (db) result.push_back(db->finish());

@@ -1,12 +1,21 @@
 #pragma once
 /// 2-D convolution (cross-correlation, as in every deep-learning library) with its gradient.
 ///
-/// Layout NCHW, weights (O, C, kh, kw). For bfloat16 on CPUs with AVX512-BF16, oneDNN's convolution
-/// primitives run on the bfloat16 values themselves (exact products, float32 accumulation, float32
-/// results). Every other case is one GEMM on an im2col matrix per chunk of the batch: OpenBLAS sgemm on
-/// operands widened to float32. Either way the product comes out in float32, the bias is added in
-/// float32, and the result is rounded once (by mixprec, never by oneDNN) to the inputs' dtype. The backward pass likewise: dx (overlapping patches included), dw and dbias are each
-/// summed in float32 and rounded once. Chunks keep the column matrix at about 1 MiB.
+/// Layout NCHW, weights (O, C, kh, kw). Two routes, each with the same contract: exact products (every
+/// operand dtype multiplies exactly in float32), float32 accumulation, the bias added in float32, and
+/// each result rounded once (by mixprec, never by oneDNN) to the inputs' dtype. The backward pass
+/// likewise: dx (overlapping patches included), dw and dbias are each summed in float32 and rounded once.
+/// - im2col: one GEMM on an im2col matrix per chunk of the batch (OpenBLAS sgemm on operands widened to
+///   float32), chunks keeping the column matrix at about 1 MiB;
+/// - onednn: oneDNN's convolution primitives, on bfloat16 values as they are at the avx512_bf16 level
+///   and above, on float32 values (float16 and bfloat16 widened) otherwise.
+/// ConvBackend::automatic takes oneDNN for bfloat16 at the avx512_bf16 level (its bfloat16 dot products
+/// give twice the float32 rate) and im2col for everything else: measured with bench/bench_layers, which
+/// times both routes for every dtype, oneDNN's float32 convolutions are no faster than im2col and sgemm
+/// on the model's shapes (AVX2 CPUs: 22.5 against 21.2 ms for 32→64 channels at 13×13, batch 128,
+/// forward and backward), and twice as slow for a first layer of one channel.
+/// The input's gradient is computed only when a tape wants it (gradient_needed, tape.hpp), so a first
+/// layer fed with data pays for dw and dbias alone.
 
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
@@ -16,10 +25,18 @@
 
 namespace mixprec::autodiff {
 
+/// Which implementation runs a convolution (the result obeys the same contract on each).
+enum class ConvBackend : unsigned char {
+    automatic, ///< the faster of the two for this CPU and dtype (see above)
+    im2col,    ///< im2col and a GEMM per chunk of the batch
+    onednn,    ///< oneDNN's convolution primitives
+};
+
 struct Conv2dOptions {
     std::array<std::size_t, 2> stride{1, 1};   ///< (rows, columns), each ≥ 1
     std::array<std::size_t, 2> padding{0, 0};  ///< zeros added on both sides of each spatial axis
     std::array<std::size_t, 2> dilation{1, 1}; ///< spacing of the kernel taps, each ≥ 1
+    ConvBackend backend = ConvBackend::automatic;
 };
 
 /// y[n,o,i,j] = b[o] + Σ_{c,p,q} w[o,c,p,q] · x[n, c, i·s₀ − p₀ + p·d₀, j·s₁ − p₁ + q·d₁]  (zero outside x)

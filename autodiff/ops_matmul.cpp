@@ -48,7 +48,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
     Tensor c = kernels::matmul(a, b, options);
     if (should_record({&a, &b}))
         record(c, {&a, &b}, [a, b, options](const Tensor& dc) {
-            return Gradients{grad_a(dc, a, b, options), grad_b(dc, a, b, options)};
+            Gradients g(2);
+            if (gradient_needed(0)) g[0] = grad_a(dc, a, b, options);
+            if (gradient_needed(1)) g[1] = grad_b(dc, a, b, options);
+            return g;
         });
     return c;
 }
@@ -79,8 +82,10 @@ Tensor dense(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias
         record(y, std::span<const Tensor* const>(inputs), [x, w, bias_shape](const Tensor& dy) {
             // dw = xᵀ dy over all leading axes at once: x and dy seen as matrices of rows (one product,
             // summed in float32 and rounded once, rather than one product per batch and a sum of those).
-            Gradients g{grad_a(dy, x, w, {}), kernels::matmul(as_rows(x), as_rows(dy), {.transpose_a = true})};
-            if (bias_shape) g.push_back(kernels::sum_to_shape(dy, *bias_shape));
+            Gradients g(bias_shape ? 3 : 2);
+            if (gradient_needed(0)) g[0] = grad_a(dy, x, w, {});
+            if (gradient_needed(1)) g[1] = kernels::matmul(as_rows(x), as_rows(dy), {.transpose_a = true});
+            if (bias_shape && gradient_needed(2)) g[2] = kernels::sum_to_shape(dy, *bias_shape);
             return g;
         });
     }

@@ -5,12 +5,25 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace mixprec::autodiff {
 namespace {
 
 /// The tapes recording on this thread, oldest first.
 thread_local std::vector<GradientTape*> active_tapes;
+
+/// Which inputs of the op whose backward function runs now the running tape wants (empty: all).
+thread_local std::vector<bool> inputs_wanted;
+
+/// Sets inputs_wanted for one backward call, and restores it after (even when the call throws).
+struct wanted_scope {
+    std::vector<bool> outer;
+    explicit wanted_scope(std::vector<bool> wanted) : outer(std::exchange(inputs_wanted, std::move(wanted))) {}
+    ~wanted_scope() { inputs_wanted = std::move(outer); }
+    wanted_scope(const wanted_scope&) = delete;
+    wanted_scope& operator=(const wanted_scope&) = delete;
+};
 
 } // namespace
 
@@ -61,7 +74,8 @@ void record(const Tensor& output, std::span<const Tensor* const> inputs, Backwar
         if (!shared) shared = std::make_shared<BackwardFn>(std::move(backward));
         GradientTape::Entry entry{{}, output.id(), shared};
         entry.inputs.reserve(inputs.size());
-        for (const Tensor* t : inputs) entry.inputs.push_back({t->id(), t->shape(), t->dtype()});
+        for (const Tensor* t : inputs)
+            entry.inputs.push_back({t->id(), t->shape(), t->dtype(), tape->watched_.count(t->id()) != 0});
         tape->entries_.push_back(std::move(entry));
         tape->watched_.insert(output.id());
     }
@@ -76,6 +90,8 @@ void notify_variable_read(std::uint64_t variable_uid, const Tensor& value) {
             reads.push_back({value.id(), value.shape(), value.dtype()});
     }
 }
+
+bool gradient_needed(std::size_t input) { return input >= inputs_wanted.size() || inputs_wanted[input]; }
 
 Tensor stop_gradient(const Tensor& x) { return x.reshape(x.shape()); }
 
@@ -112,11 +128,17 @@ std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const
         if (it != grads.end()) {
             const Tensor dy = it->second;
             if (wanted.count(e->output) == 0) grads.erase(it); // nothing upstream reads it again
-            Gradients g = (*e->backward)(dy);
+            std::vector<bool> wanted_inputs(e->inputs.size());
+            for (std::size_t i = 0; i < e->inputs.size(); ++i) wanted_inputs[i] = e->inputs[i].watched;
+            Gradients g;
+            {
+                const wanted_scope scope(std::move(wanted_inputs));
+                g = (*e->backward)(dy);
+            }
             if (g.size() != e->inputs.size())
                 throw std::logic_error("GradientTape: a backward function returned the wrong number of gradients");
             for (std::size_t i = 0; i < g.size(); ++i)
-                if (g[i]) accumulate(e->inputs[i], std::move(*g[i]));
+                if (g[i] && e->inputs[i].watched) accumulate(e->inputs[i], std::move(*g[i]));
         }
         if (!options_.persistent) e->backward.reset(); // free what the closure captured
     }

@@ -79,6 +79,7 @@ class GradientTape {
         std::uint64_t id;
         Shape shape;
         Dtype dtype;
+        bool watched = true; ///< watched when the op was recorded (else nothing can want its gradient)
     };
     struct Entry {
         std::vector<Input> inputs;
@@ -107,6 +108,11 @@ void record(const Tensor& output, std::initializer_list<const Tensor*> inputs, B
 /// The same for ops with a variable number of inputs (concat).
 bool should_record(std::span<const Tensor* const> inputs);
 void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward);
+
+/// Inside a backward function: whether the tape running it wants the gradient of the op's input number
+/// `input` (false for an input no watched tensor reaches, such as a batch of data; true outside a
+/// backward pass). An op may skip computing such a gradient and return std::nullopt in its place.
+bool gradient_needed(std::size_t input);
 
 /// The same values as a new tensor that no tape watches: gradients do not flow through it.
 Tensor stop_gradient(const Tensor& x);

@@ -92,14 +92,24 @@ void bm_dense(benchmark::State& state, Dtype dtype) {
     }
 }
 
-void bm_conv(benchmark::State& state, Dtype dtype) {
-    const Tensor x = Tensor::from_floats(Shape{128, 32, 13, 13}, random_floats(128 * 32 * 13 * 13, 6), dtype);
-    const Tensor w = Tensor::from_floats(Shape{64, 32, 3, 3}, random_floats(64 * 32 * 9, 7), dtype);
-    const Tensor b = Tensor::from_floats(Shape{64}, random_floats(64, 8), dtype);
+/// A convolution of the cnn model at batch 128: x (128, c, hw, hw) * w (o, c, 3, 3).
+struct ConvCase {
+    const char* name;
+    std::size_t c, hw, o;
+};
+const ConvCase conv_cases[] = {{"conv2d", 32, 13, 64}, {"conv2d_first", 1, 28, 32}};
+
+void bm_conv(benchmark::State& state, Dtype dtype, ConvCase shape, ConvBackend backend) {
+    const std::size_t c = shape.c, hw = shape.hw, o = shape.o;
+    const Tensor x = Tensor::from_floats(Shape{128, c, hw, hw}, random_floats(128 * c * hw * hw, 6), dtype);
+    const Tensor w = Tensor::from_floats(Shape{o, c, 3, 3}, random_floats(o * c * 9, 7), dtype);
+    const Tensor b = Tensor::from_floats(Shape{o}, random_floats(o, 8), dtype);
+    Conv2dOptions options;
+    options.backend = backend;
     for (auto _ : state) {
         GradientTape tape;
         for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
-        const Tensor y = conv2d(x, w, b);
+        const Tensor y = conv2d(x, w, b, options);
         auto grads = tape.gradient(y, {x, w, b});
         benchmark::DoNotOptimize(grads[1].raw());
     }
@@ -122,10 +132,16 @@ int main(int argc, char** argv) {
         if ((isa() >= Isa::avx512_bf16))
             configure(
                 benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
-        for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
-            configure(
-                benchmark::RegisterBenchmark((std::string("layer/") + name + "/" + std::string(name_of(d))).c_str(),
-                                             std::string(name) == "dense" ? bm_dense : bm_conv, d));
+    }
+    for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+        const std::string dtype(name_of(d));
+        configure(benchmark::RegisterBenchmark(("layer/dense/" + dtype).c_str(), bm_dense, d));
+        for (const ConvCase& shape : conv_cases)
+            for (const auto& [backend, route] :
+                 {std::pair{ConvBackend::im2col, "im2col"}, {ConvBackend::onednn, "onednn"}})
+                configure(benchmark::RegisterBenchmark(
+                    ("layer/" + std::string(shape.name) + "/" + dtype + "/" + route).c_str(), bm_conv, d, shape,
+                    backend));
     }
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

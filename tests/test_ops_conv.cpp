@@ -121,9 +121,15 @@ std::size_t far_from_sums(const Tensor& t, const std::vector<double>& reference,
     return far;
 }
 
-Tensor run(const conv_case& k, const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
-    return conv2d(x, w, b, k.options);
+Tensor run(const conv_case& k, const Tensor& x, const Tensor& w, const std::optional<Tensor>& b, ConvBackend backend) {
+    Conv2dOptions o = k.options;
+    o.backend = backend;
+    return conv2d(x, w, b, o);
 }
+
+/// Every route, named: the default, and each backend forced.
+const std::vector<std::pair<ConvBackend, const char*>> backends{
+    {ConvBackend::automatic, "automatic"}, {ConvBackend::im2col, "im2col"}, {ConvBackend::onednn, "onednn"}};
 
 using op_checks::throws_with;
 
@@ -135,20 +141,20 @@ BOOST_AUTO_TEST_CASE(conv2d_forward_matches_naive_reference) {
         const Tensor x = random(k.x, 0.0f, 1.0f, ++seed), w = random(k.w, 0.0f, 1.0f, ++seed);
         const std::optional<Tensor> b =
             k.bias ? std::optional(random(Shape{k.w[0]}, 0.0f, 1.0f, ++seed)) : std::nullopt;
-        const Tensor y = run(k, x, w, b);
         const naive ref(k, x.to_floats(), w.to_floats(), b ? b->to_floats() : std::vector<float>{});
         // The same loops over |x|, |w|, |b| give Σ|terms| of each sum.
         const naive size(k, kernels::abs(x).to_floats(), kernels::abs(w).to_floats(),
                          b ? kernels::abs(*b).to_floats() : std::vector<float>{});
         const auto& o = k.options;
-        BOOST_TEST_CONTEXT(k.name) {
-            BOOST_TEST(y.dtype() == Dtype::float32);
-            BOOST_TEST(y.shape() ==
-                       (Shape{k.x[0], k.w[0], out_size(k.x[2], k.w[2], o.stride[0], o.padding[0], o.dilation[0]),
-                              out_size(k.x[3], k.w[3], o.stride[1], o.padding[1], o.dilation[1])}));
-            // A float32 sum of C·kh·kw products and the bias.
-            BOOST_TEST(far_from_sums(y, ref.y, size.y, k.x[1] * k.w[2] * k.w[3] + 1) == 0u);
-        }
+        for (const auto& [backend, route] : backends) BOOST_TEST_CONTEXT(k.name << ", " << route) {
+                const Tensor y = run(k, x, w, b, backend);
+                BOOST_TEST(y.dtype() == Dtype::float32);
+                BOOST_TEST(y.shape() ==
+                           (Shape{k.x[0], k.w[0], out_size(k.x[2], k.w[2], o.stride[0], o.padding[0], o.dilation[0]),
+                                  out_size(k.x[3], k.w[3], o.stride[1], o.padding[1], o.dilation[1])}));
+                // A float32 sum of C·kh·kw products and the bias.
+                BOOST_TEST(far_from_sums(y, ref.y, size.y, k.x[1] * k.w[2] * k.w[3] + 1) == 0u);
+            }
     }
 }
 
@@ -159,11 +165,14 @@ BOOST_AUTO_TEST_CASE(conv2d_narrow_dtypes_round_once) {
     for (Dtype dtype : {Dtype::float16, Dtype::bfloat16}) {
         const Tensor x = random(k.x, 0.1f, 1.0f, 200).to(dtype), w = random(k.w, 0.1f, 1.0f, 201).to(dtype);
         const Tensor b = random(Shape{k.w[0]}, 0.1f, 1.0f, 202).to(dtype);
-        const Tensor y = conv2d(x, w, b, k.options);
-        BOOST_TEST(y.dtype() == dtype);
         const naive ref(k, x.to_floats(), w.to_floats(), b.to_floats());
         const naive size(k, kernels::abs(x).to_floats(), kernels::abs(w).to_floats(), kernels::abs(b).to_floats());
-        BOOST_TEST(far_from_sums(y, ref.y, size.y, k.x[1] * k.w[2] * k.w[3] + 1) == 0u, name_of(dtype));
+        for (const auto& [backend, route] : backends) {
+            const Tensor y = run(k, x, w, b, backend);
+            BOOST_TEST(y.dtype() == dtype);
+            BOOST_TEST(far_from_sums(y, ref.y, size.y, k.x[1] * k.w[2] * k.w[3] + 1) == 0u, name_of(dtype)
+                                                                                                << ", " << route);
+        }
     }
 }
 
@@ -182,10 +191,14 @@ BOOST_AUTO_TEST_CASE(conv2d_gradients) {
     for (const conv_case& k : cases) {
         std::vector<Tensor> in{random(k.x, 0.1f, 1.0f, ++seed), random(k.w, 0.1f, 1.0f, ++seed)};
         if (k.bias) in.push_back(random(Shape{k.w[0]}, 0.1f, 1.0f, ++seed));
-        const auto f = [o = k.options](const std::vector<Tensor>& t) {
-            return conv2d(t[0], t[1], t.size() > 2 ? std::optional(t[2]) : std::nullopt, o);
-        };
-        check("conv2d " + k.name, f, in);
+        for (const auto& [backend, route] : backends) {
+            Conv2dOptions options = k.options;
+            options.backend = backend;
+            const auto f = [options](const std::vector<Tensor>& t) {
+                return conv2d(t[0], t[1], t.size() > 2 ? std::optional(t[2]) : std::nullopt, options);
+            };
+            check("conv2d " + k.name + " (" + route + ")", f, in);
+        }
     }
 }
 
@@ -196,22 +209,48 @@ BOOST_AUTO_TEST_CASE(conv2d_chunked_batch) {
     // Every term is positive (dy = 1): y sums C·3·3 products and the bias, dx O·3·3 products, dw and db
     // N·64·64 terms over the chunks, all in float32 whatever the dtype (oneDNN for bfloat16 where the
     // CPU has AVX512-BF16), and a bfloat16 result is that sum rounded once.
-    for (Dtype dtype : {Dtype::float32, Dtype::bfloat16}) {
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
         const Tensor x = random(k.x, 0.5f, 1.5f, 400, true).to(dtype), w = random(k.w, 0.5f, 1.5f, 401, true).to(dtype);
         const Tensor b = random(Shape{3}, 0.5f, 1.5f, 402, true).to(dtype);
-        GradientTape tape;
-        tape.watch(x), tape.watch(w), tape.watch(b);
-        const Tensor y = conv2d(x, w, b, k.options);
-        const std::vector<Tensor> g = tape.gradient(y, {x, w, b}); // dy = 1
-        const std::vector<float> ones(y.size(), 1.0f);
-        const naive ref(k, x.to_floats(), w.to_floats(), b.to_floats(), &ones);
-        BOOST_TEST_CONTEXT(name_of(dtype)) {
-            const std::size_t positions = 7 * 64 * 64; // every term is positive: Σ|terms| = the sum
-            BOOST_TEST(far_from_sums(y, ref.y, ref.y, 2 * 3 * 3 + 1) == 0u);
-            BOOST_TEST(far_from_sums(g[0], ref.dx, ref.dx, 3 * 3 * 3) == 0u);
-            BOOST_TEST(far_from_sums(g[1], ref.dw, ref.dw, positions) == 0u);
-            BOOST_TEST(far_from_sums(g[2], ref.db, ref.db, positions) == 0u);
-        }
+        for (const auto& [backend, route] : backends) BOOST_TEST_CONTEXT(name_of(dtype) << ", " << route) {
+                GradientTape tape;
+                tape.watch(x), tape.watch(w), tape.watch(b);
+                const Tensor y = run(k, x, w, b, backend);
+                const std::vector<Tensor> g = tape.gradient(y, {x, w, b}); // dy = 1
+                const std::vector<float> ones(y.size(), 1.0f);
+                const naive ref(k, x.to_floats(), w.to_floats(), b.to_floats(), &ones);
+                const std::size_t positions = 7 * 64 * 64; // every term is positive: Σ|terms| = the sum
+                BOOST_TEST(far_from_sums(y, ref.y, ref.y, 2 * 3 * 3 + 1) == 0u);
+                BOOST_TEST(far_from_sums(g[0], ref.dx, ref.dx, 3 * 3 * 3) == 0u);
+                BOOST_TEST(far_from_sums(g[1], ref.dw, ref.dw, positions) == 0u);
+                BOOST_TEST(far_from_sums(g[2], ref.db, ref.db, positions) == 0u);
+            }
+    }
+}
+
+// A layer fed with data (x not watched) gets no input gradient computed, on either route, and the
+// weight and bias gradients are the very bits it gets when x is watched.
+BOOST_AUTO_TEST_CASE(conv2d_skips_the_input_gradient_nobody_wants) {
+    const conv_case k{"first layer", Shape{3, 1, 9, 9}, Shape{4, 1, 3, 3}, true, {.padding = {1, 1}}};
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+        const Tensor x = random(k.x, -1.0f, 1.0f, 500).to(dtype), w = random(k.w, -1.0f, 1.0f, 501).to(dtype);
+        const Tensor b = random(Shape{4}, -1.0f, 1.0f, 502).to(dtype);
+        for (const auto& [backend, route] : backends) BOOST_TEST_CONTEXT(name_of(dtype) << ", " << route) {
+                const auto grads = [&](bool watch_x) {
+                    GradientTape tape;
+                    if (watch_x) tape.watch(x);
+                    tape.watch(w), tape.watch(b);
+                    const Tensor y = run(k, x, w, b, backend);
+                    return tape.gradient_or_none(y * y, {x, w, b});
+                };
+                const auto all = grads(true), without_x = grads(false);
+                BOOST_TEST(all[0].has_value());
+                BOOST_TEST(!without_x[0].has_value());
+                for (std::size_t i : {1, 2}) {
+                    BOOST_REQUIRE(without_x[i].has_value());
+                    BOOST_TEST(without_x[i]->to_floats() == all[i]->to_floats(), boost::test_tools::per_element());
+                }
+            }
     }
 }
 

@@ -161,3 +161,41 @@ BOOST_AUTO_TEST_CASE(deep_chain) {
     BOOST_TEST(tape.recorded_ops() == 100'000u);
     BOOST_TEST(tape.gradient(y, {x})[0].flat(0) == 1.0f);
 }
+
+// A backward function learns which inputs the running tape wants: not one that no watched tensor
+// reaches. dense and matmul then skip that gradient, and the others keep their bits.
+BOOST_AUTO_TEST_CASE(backward_functions_skip_gradients_nobody_wants) {
+    const Tensor a = vec({1, 2}), c = vec({3, 4});
+    std::vector<bool> seen;
+    {
+        GradientTape tape;
+        tape.watch(a);
+        const Tensor y = a * c;
+        const Tensor z = y + y;
+        record(z, {&y, &c}, [&](const Tensor& dz) {
+            seen = {gradient_needed(0), gradient_needed(1)};
+            return Gradients{dz, dz};
+        });
+        const auto g = tape.gradient_or_none(z, {a, c});
+        BOOST_TEST(g[0].has_value());
+        BOOST_TEST(!g[1].has_value()); // c was never watched: its gradient is not even accumulated
+    }
+    BOOST_TEST(seen == (std::vector<bool>{true, false}), boost::test_tools::per_element());
+    BOOST_TEST(gradient_needed(0)); // outside a backward pass, every gradient is wanted
+
+    const Tensor x = Tensor::from_floats(Shape{3, 4}, std::vector<float>{1, -2, 3, 0.5f, 2, 1, -1, 4, 0.25f, 3, -2, 1});
+    const Tensor w = Tensor::from_floats(Shape{4, 2}, std::vector<float>{0.5f, -1, 2, 1, -3, 0.25f, 1, 2});
+    const Tensor b = vec({0.5f, -0.5f});
+    const auto dense_grads = [&](bool watch_x) {
+        GradientTape tape;
+        if (watch_x) tape.watch(x);
+        tape.watch(w), tape.watch(b);
+        const Tensor y = dense(x, w, b);
+        return tape.gradient_or_none(y * y, {x, w, b});
+    };
+    const auto all = dense_grads(true), without_x = dense_grads(false);
+    BOOST_TEST(all[0].has_value());
+    BOOST_TEST(!without_x[0].has_value());
+    for (std::size_t i : {1, 2})
+        BOOST_TEST(without_x[i]->to_floats() == all[i]->to_floats(), boost::test_tools::per_element());
+}

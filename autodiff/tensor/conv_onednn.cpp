@@ -1,9 +1,10 @@
-// bfloat16 conv2d through oneDNN convolution primitives. oneDNN always writes float32 here; the
-// caller rounds each result once with narrow(), so oneDNN never rounds to bfloat16 itself.
+// conv2d through oneDNN's convolution primitives, on float32 or bfloat16 operands. oneDNN always writes
+// float32 here; the caller rounds each result once with narrow(), so oneDNN never rounds itself.
 //
 // The interface is in conv_kernels.hpp.
 //
-// x, w and dy hold bfloat16 (NCHW / OIHW); bias, y, dx, dw (OIHW) and db (O, may be null) are float32.
+// x, w and dy hold the operand type (NCHW / OIHW); bias, y, dx, dw (OIHW) and db (O, may be null) are
+// float32.
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/onednn_kernels.hpp>
 
@@ -77,12 +78,14 @@ struct conv_plan {
 };
 
 struct conv_descs {
-    dnnl::memory::desc x, w, b, y;                          // plain user layouts
-    dnnl::memory::desc x_any, w_any, y_any, x16, w16, dy16; // what primitives are created with
+    dnnl::memory::desc x, w, b, y;                       // plain float32 user layouts
+    dnnl::memory::desc x_any, w_any, y_any, xo, wo, dyo; // what primitives are created with (o: operand type)
     dims strides, dilates, pad_l, pad_r;
 };
 
-conv_descs descs(const conv_bf16_shape& s, bool has_bias) {
+dt operand_type(conv_operands t) { return t == conv_operands::bf16 ? dt::bf16 : dt::f32; }
+
+conv_descs descs(const conv_shape& s, bool has_bias) {
     const auto d = [](std::size_t v) { return static_cast<dim>(v); };
     conv_descs r;
     const dims xd{d(s.n), d(s.c), d(s.h), d(s.w)}, wd{d(s.o), d(s.c), d(s.kh), d(s.kw)},
@@ -92,9 +95,10 @@ conv_descs descs(const conv_bf16_shape& s, bool has_bias) {
     r.y = dnnl::memory::desc(yd, dt::f32, tag::nchw);
     r.b = has_bias ? dnnl::memory::desc({d(s.o)}, dt::f32, tag::x) : dnnl::memory::desc();
     const tag any = blocked_layouts ? tag::any : tag::undef;
-    r.x16 = dnnl::memory::desc(xd, dt::bf16, blocked_layouts ? any : tag::nchw);
-    r.w16 = dnnl::memory::desc(wd, dt::bf16, blocked_layouts ? any : tag::oihw);
-    r.dy16 = dnnl::memory::desc(yd, dt::bf16, blocked_layouts ? any : tag::nchw);
+    const dt o = operand_type(s.operands);
+    r.xo = dnnl::memory::desc(xd, o, blocked_layouts ? any : tag::nchw);
+    r.wo = dnnl::memory::desc(wd, o, blocked_layouts ? any : tag::oihw);
+    r.dyo = dnnl::memory::desc(yd, o, blocked_layouts ? any : tag::nchw);
     r.x_any = dnnl::memory::desc(xd, dt::f32, blocked_layouts ? any : tag::nchw);
     r.w_any = dnnl::memory::desc(wd, dt::f32, blocked_layouts ? any : tag::oihw);
     r.y_any = dnnl::memory::desc(yd, dt::f32, blocked_layouts ? any : tag::nchw);
@@ -105,45 +109,46 @@ conv_descs descs(const conv_bf16_shape& s, bool has_bias) {
     return r;
 }
 
-dnnl::memory::desc bf16_plain(const dnnl::memory::desc& f32_plain, tag t) {
-    return dnnl::memory::desc(f32_plain.dims(), dt::bf16, t);
+/// The plain layout `t` of `f32_plain`'s dimensions, holding the operand type.
+dnnl::memory::desc operand_plain(const conv_shape& s, const dnnl::memory::desc& f32_plain, tag t) {
+    return dnnl::memory::desc(f32_plain.dims(), operand_type(s.operands), t);
 }
 
-conv_plan make_plan(const conv_bf16_shape& s, bool has_bias) {
+conv_plan make_plan(const conv_shape& s, bool has_bias) {
     const conv_descs d = descs(s, has_bias);
     const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                             d.x16, d.w16, d.b, d.y_any, d.strides, d.dilates, d.pad_l, d.pad_r);
+                                             d.xo, d.wo, d.b, d.y_any, d.strides, d.dilates, d.pad_l, d.pad_r);
     dnnl::convolution_forward::primitive_desc pd(fd, engine());
     conv_plan p{pd, dnnl::convolution_forward(pd), {}, {}, {}, has_bias, d.b, false, {}, {}, {}, {}, {}, {}, {}, {}};
-    p.fx.emplace(bf16_plain(d.x, tag::nchw), pd.src_desc(), true);
-    p.fw.emplace(bf16_plain(d.w, tag::oihw), pd.weights_desc(), true);
+    p.fx.emplace(operand_plain(s, d.x, tag::nchw), pd.src_desc(), true);
+    p.fw.emplace(operand_plain(s, d.w, tag::oihw), pd.weights_desc(), true);
     p.fy.emplace(d.y, pd.dst_desc(), false);
     return p;
 }
 
-void make_backward(conv_plan& p, const conv_bf16_shape& s) {
+void make_backward(conv_plan& p, const conv_shape& s) {
     const conv_descs d = descs(s, p.has_bias);
-    const dnnl::convolution_backward_data::desc bdd(dnnl::algorithm::convolution_direct, d.x_any, d.w16, d.dy16,
+    const dnnl::convolution_backward_data::desc bdd(dnnl::algorithm::convolution_direct, d.x_any, d.wo, d.dyo,
                                                     d.strides, d.dilates, d.pad_l, d.pad_r);
     const dnnl::convolution_backward_data::primitive_desc bdpd(bdd, engine(), p.fwd_pd);
     const dnnl::convolution_backward_weights::desc bwd =
-        p.has_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.x16, d.w_any, d.b,
-                                                              d.dy16, d.strides, d.dilates, d.pad_l, d.pad_r)
-                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.x16, d.w_any,
-                                                              d.dy16, d.strides, d.dilates, d.pad_l, d.pad_r);
+        p.has_bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.xo, d.w_any, d.b,
+                                                              d.dyo, d.strides, d.dilates, d.pad_l, d.pad_r)
+                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.xo, d.w_any, d.dyo,
+                                                              d.strides, d.dilates, d.pad_l, d.pad_r);
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, engine(), p.fwd_pd);
     p.bwd_data = dnnl::convolution_backward_data(bdpd);
     p.bwd_weights = dnnl::convolution_backward_weights(bwpd);
-    p.ddy.emplace(bf16_plain(d.y, tag::nchw), bdpd.diff_dst_desc(), true);
-    p.dw_w.emplace(bf16_plain(d.w, tag::oihw), bdpd.weights_desc(), true);
+    p.ddy.emplace(operand_plain(s, d.y, tag::nchw), bdpd.diff_dst_desc(), true);
+    p.dw_w.emplace(operand_plain(s, d.w, tag::oihw), bdpd.weights_desc(), true);
     p.ddx.emplace(d.x, bdpd.diff_src_desc(), false);
-    p.wx.emplace(bf16_plain(d.x, tag::nchw), bwpd.src_desc(), true);
-    p.wdy.emplace(bf16_plain(d.y, tag::nchw), bwpd.diff_dst_desc(), true);
+    p.wx.emplace(operand_plain(s, d.x, tag::nchw), bwpd.src_desc(), true);
+    p.wdy.emplace(operand_plain(s, d.y, tag::nchw), bwpd.diff_dst_desc(), true);
     p.wdw.emplace(d.w, bwpd.diff_weights_desc(), false);
     p.backward_ready = true;
 }
 
-using key_t = std::array<std::size_t, 16>;
+using key_t = std::array<std::size_t, 17>;
 
 struct key_hash {
     std::size_t operator()(const key_t& k) const noexcept {
@@ -153,11 +158,25 @@ struct key_hash {
     }
 };
 
-conv_plan& plan(const conv_bf16_shape& s, bool has_bias) {
+conv_plan& plan(const conv_shape& s, bool has_bias) {
     thread_local std::unordered_map<key_t, conv_plan, key_hash> plans; // creation costs far more than a run
-    const key_t key{
-        s.n,  s.c,         s.h,         s.w,           s.o,           s.kh,         s.kw,         s.ho,
-        s.wo, s.stride[0], s.stride[1], s.dilation[0], s.dilation[1], s.padding[0], s.padding[1], has_bias ? 1u : 0u};
+    const key_t key{s.n,
+                    s.c,
+                    s.h,
+                    s.w,
+                    s.o,
+                    s.kh,
+                    s.kw,
+                    s.ho,
+                    s.wo,
+                    s.stride[0],
+                    s.stride[1],
+                    s.dilation[0],
+                    s.dilation[1],
+                    s.padding[0],
+                    s.padding[1],
+                    has_bias ? 1u : 0u,
+                    static_cast<std::size_t>(s.operands)};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_plan(s, has_bias)).first;
     return it->second;
@@ -165,7 +184,7 @@ conv_plan& plan(const conv_bf16_shape& s, bool has_bias) {
 
 } // namespace
 
-void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const void* w, const float* bias, float* y) {
+void onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y) {
     conv_plan& p = plan(s, bias != nullptr);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, p.fx->in(x)}, {DNNL_ARG_WEIGHTS, p.fw->in(w)}, {DNNL_ARG_DST, p.fy->out(y)}};
@@ -175,14 +194,16 @@ void onednn_conv_bf16_forward(const conv_bf16_shape& s, const void* x, const voi
     stream().wait();
 }
 
-void onednn_conv_bf16_backward(const conv_bf16_shape& s, const void* x, const void* w, const void* dy, float* dx,
-                               float* dw, float* db) {
+void onednn_conv_backward(const conv_shape& s, const void* x, const void* w, const void* dy, float* dx, float* dw,
+                          float* db) {
     conv_plan& p = plan(s, db != nullptr);
     if (!p.backward_ready) make_backward(p, s);
-    p.bwd_data.execute(
-        stream(),
-        {{DNNL_ARG_DIFF_DST, p.ddy->in(dy)}, {DNNL_ARG_WEIGHTS, p.dw_w->in(w)}, {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
-    p.ddx->flush(dx);
+    if (dx) {
+        p.bwd_data.execute(stream(), {{DNNL_ARG_DIFF_DST, p.ddy->in(dy)},
+                                      {DNNL_ARG_WEIGHTS, p.dw_w->in(w)},
+                                      {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
+        p.ddx->flush(dx);
+    }
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, p.wx->in(x)}, {DNNL_ARG_DIFF_DST, p.wdy->in(dy)}, {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
     if (db) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(p.bias_md, engine(), db));
