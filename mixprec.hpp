@@ -15,6 +15,7 @@
 #include <mixprec/autodiff/ops_softmax.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/core_share.hpp>
 #include <mixprec/autodiff/tensor/dtype.hpp>
 #include <mixprec/autodiff/tensor/errors.hpp>
 #include <mixprec/autodiff/tensor/format.hpp>
@@ -61,4 +62,5 @@
 #include <mixprec/models/training/fit.hpp>
 #include <mixprec/models/training/model_checkpoint.hpp>
 #include <mixprec/models/training/sequential.hpp>
+#include <mixprec/models/training/share_cores.hpp>
 #include <mixprec/models/training/zoo.hpp>

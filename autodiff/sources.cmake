@@ -10,6 +10,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/kernels_elementwise.cpp
   autodiff/tensor/kernels_matmul.cpp
   autodiff/tensor/matmul_onednn.cpp
+  autodiff/tensor/core_share.cpp
   autodiff/tape.cpp
   autodiff/variable.cpp
   autodiff/ops_elementwise.cpp

@@ -171,6 +171,8 @@ int run(const train::Options& o) {
     std::optional<models::ModelCheckpoint> checkpoint;
     // The logger also measures the run's summary, so there is one even without --log (it then writes nothing).
     models::JsonLinesLogger logger(o.log, !o.resume.empty());
+    std::optional<models::ShareCores> share_cores; // without --threads: the cores other processes leave free
+    if (o.threads == 0) share_cores.emplace();
     models::FitOptions fit{.epochs = o.epochs,
                            .batch_size = o.batch_size,
                            .seed = o.seed,
@@ -178,6 +180,7 @@ int run(const train::Options& o) {
                            .validation = data.test.get()};
     if (!o.quiet) fit.callbacks.push_back(&progress);
     fit.callbacks.push_back(&terminate);
+    if (share_cores) fit.callbacks.push_back(&*share_cores);
     fit.callbacks.push_back(&logger);
     if (!o.checkpoint.empty()) fit.callbacks.push_back(&checkpoint.emplace(o.checkpoint, o.checkpoint_every));
     if (!o.plot.empty()) fit.callbacks.push_back(&recorder);

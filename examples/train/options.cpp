@@ -201,7 +201,9 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--plot", o.plot, "Draw loss, accuracy, loss scale and skipped steps here (.png or .svg)");
     app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all (0: no limit)")
         ->check(CLI::NonNegativeNumber);
-    app.add_option("--threads", o.threads, "Threads (0: every core)")->check(CLI::Range(0, 1024));
+    app.add_option("--threads", o.threads,
+                   "Threads (0: every core other processes leave free, measured as training runs)")
+        ->check(CLI::Range(0, 1024));
     std::string inject;
     app.add_option("--inject-nonfinite", inject, "Comma-separated steps whose gradients get an inf, to test skipping");
     app.add_flag("--quiet", o.quiet, "No progress bar");

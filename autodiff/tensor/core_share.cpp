@@ -1,0 +1,88 @@
+#include <mixprec/autodiff/tensor/core_share.hpp>
+
+#include <mixprec/autodiff/tensor/kernels_matmul.hpp>
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace mixprec::autodiff {
+namespace {
+
+/// The CPUs this process may run on.
+int usable_cpus() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? static_cast<int>(online) : 1;
+}
+
+/// Busy clock ticks summed over every CPU, from /proc/stat's first line (0 when it cannot be read).
+std::uint64_t machine_busy_ticks() {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    std::uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return 0;
+    return user + nice + system + irq + softirq + steal;
+}
+
+double own_cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+    return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
+} // namespace
+
+CoreShare::CoreShare(CoreShareOptions options) : options_(options), cores_(usable_cpus()) {
+    if (options_.max_threads < 0)
+        throw std::invalid_argument("CoreShare: max_threads must be 0 (every CPU) or more, got " +
+                                    std::to_string(options_.max_threads));
+    if (!(options_.window_seconds > 0))
+        throw std::invalid_argument("CoreShare: window_seconds must be positive, got " +
+                                    std::to_string(options_.window_seconds));
+    if (options_.max_threads == 0) options_.max_threads = cores_;
+    threads_ = std::min(options_.max_threads, cores_);
+    set_blas_threads(threads_);
+    last_ = sample();
+}
+
+CoreShare::Sample CoreShare::sample() {
+    return {std::chrono::steady_clock::now(), machine_busy_ticks(), own_cpu_seconds()};
+}
+
+int CoreShare::choose(int cores, int current, double busy) {
+    const auto fewer = [&](double margin) { return static_cast<int>(std::ceil(std::max(0.0, busy - margin))); };
+    const int down = cores - fewer(0.35), up = cores - fewer(0.2);
+    if (down < current) return std::max(1, down);
+    if (up > current) return std::max(1, up);
+    return current;
+}
+
+int CoreShare::update() {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_.at).count() < options_.window_seconds) return threads_;
+    const Sample s = sample();
+    const double seconds = std::chrono::duration<double>(s.at - last_.at).count();
+    if (s.machine_ticks != 0 && last_.machine_ticks != 0 && s.machine_ticks >= last_.machine_ticks) {
+        static const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
+        const double machine = double(s.machine_ticks - last_.machine_ticks) / ticks_per_second;
+        busy_elsewhere_ = std::max(0.0, (machine - (s.own_seconds - last_.own_seconds)) / seconds);
+        const int wanted = std::min(options_.max_threads, choose(cores_, threads_, busy_elsewhere_));
+        if (wanted != threads_) {
+            threads_ = wanted;
+            set_blas_threads(threads_);
+        }
+    }
+    last_ = s;
+    return threads_;
+}
+
+} // namespace mixprec::autodiff

@@ -1,0 +1,62 @@
+#pragma once
+/// Keeps the thread pool at the cores other processes leave free.
+///
+/// mixprec's kernels, OpenBLAS and oneDNN share one OpenMP pool. Its workers spin for a while when they
+/// wait (libgomp's default), which is what makes an idle machine fast; but when another process keeps a
+/// core busy, every parallel region waits for the worker that shares that core, and the spinning workers
+/// take time from it as well: a busy core then costs far more than its share (two threads on two cores
+/// with one of them busy ran 4× slower than alone, one thread only 1.4×).
+///
+/// CoreShare measures, over windows of `window_seconds`, the CPU time the whole machine spent busy
+/// (/proc/stat: user, nice, system, irq, softirq and steal, summed over every CPU) minus this process's
+/// own (getrusage): the cores in use elsewhere. It sets the pool to the cores that leaves free, rounded
+/// with some hysteresis — one thread fewer for each 0.35 of a core busy elsewhere, and back up only when
+/// less than 0.2 of that core stays busy — never fewer than 1 nor more than `max_threads`. Call update()
+/// often (once per training step, as the ShareCores callback of mixprec::models does): it reads the two
+/// counters at most once per window and costs nothing otherwise.
+///
+/// The thread count changes how some float32 sums are split (see isa.hpp), so runs meant to give the
+/// same bits should fix the thread count with set_blas_threads instead.
+
+#include <chrono>
+#include <cstdint>
+
+namespace mixprec::autodiff {
+
+struct CoreShareOptions {
+    int max_threads = 0;         ///< the most threads to use; 0: every CPU this process may run on
+    double window_seconds = 0.5; ///< how long each measurement of the other processes' load lasts
+};
+
+class CoreShare {
+  public:
+    explicit CoreShare(CoreShareOptions options = {});
+
+    /// Re-measures if a window has passed and adjusts the pool; returns the threads in use.
+    int update();
+
+    int threads() const { return threads_; }
+    /// Cores busy with other processes over the last window (0 before the first one ends, or when
+    /// /proc/stat cannot be read: then the pool stays at max_threads).
+    double busy_elsewhere() const { return busy_elsewhere_; }
+
+    /// Threads to use with `cores` CPUs, `current` threads now and `busy` cores used elsewhere: the rule
+    /// above, exposed for tests.
+    static int choose(int cores, int current, double busy);
+
+  private:
+    struct Sample {
+        std::chrono::steady_clock::time_point at;
+        std::uint64_t machine_ticks = 0; ///< busy clock ticks of every CPU (0: unreadable)
+        double own_seconds = 0;          ///< this process's user and system time
+    };
+    static Sample sample();
+
+    CoreShareOptions options_;
+    int cores_;
+    int threads_;
+    double busy_elsewhere_ = 0;
+    Sample last_;
+};
+
+} // namespace mixprec::autodiff
