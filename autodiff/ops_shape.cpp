@@ -64,7 +64,7 @@ void gather_words(const std::byte* src, std::byte* dst, const Shape& shape, cons
 }
 
 Tensor gather(const Tensor& x, const Shape& shape, const Strides& stride) {
-    Tensor out(shape, x.dtype());
+    Tensor out = Tensor::uninitialized(shape, x.dtype()); // every element is written below
     const auto* src = static_cast<const std::byte*>(x.raw());
     auto* dst = static_cast<std::byte*>(out.raw());
     switch (size_of(x.dtype())) {
@@ -106,7 +106,7 @@ Tensor slice_copy(const Tensor& x, std::size_t axis, std::size_t begin, std::siz
     std::array<std::size_t, Shape::max_rank> dims{};
     std::copy(x.shape().begin(), x.shape().end(), dims.begin());
     dims[axis] = end - begin;
-    Tensor out(Shape(std::span<const std::size_t>(dims.data(), x.rank())), x.dtype());
+    Tensor out = Tensor::uninitialized(Shape(std::span<const std::size_t>(dims.data(), x.rank())), x.dtype());
     const auto [outer, inner] = outer_inner(x.shape(), axis);
     const std::size_t row = inner * size_of(x.dtype());
     copy_rows(x, x.shape()[axis] * row, begin * row, out, (end - begin) * row, 0, outer, (end - begin) * row);

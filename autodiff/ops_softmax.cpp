@@ -1,6 +1,7 @@
 #include <mixprec/autodiff/ops_softmax.hpp>
 
 #include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/detail/vector_math.hpp>
 
 #include <algorithm>
@@ -16,10 +17,16 @@ namespace {
 struct Lanes {
     std::size_t outer = 1, len = 1, inner = 1;
 
+    /// f(first element, stride) for every lane, lanes spread over the threads from 32 Ki elements each
+    /// (each lane is computed alone, so the bits do not depend on the split).
     template <class F>
-    void for_each(F f) const { // f(first element, stride)
-        for (std::size_t o = 0; o < outer; ++o)
-            for (std::size_t i = 0; i < inner; ++i) f(o * len * inner + i, inner);
+    void for_each(F f) const {
+        const std::size_t per_outer = std::max<std::size_t>(len * inner, 1);
+        detail::split(outer, std::max<std::size_t>((std::size_t{1} << 15) / per_outer, 1),
+                      [&](std::size_t o0, std::size_t o1) {
+                          for (std::size_t o = o0; o < o1; ++o)
+                              for (std::size_t i = 0; i < inner; ++i) f(o * len * inner + i, inner);
+                      });
     }
 };
 

@@ -2,9 +2,9 @@
 
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -12,6 +12,10 @@
 
 namespace mixprec::autodiff {
 namespace detail {
+
+/// Batched products of fewer multiply-adds than this each are spread over the threads, a product per
+/// thread at a time; larger ones run one after the other on OpenBLAS's own threads.
+constexpr std::size_t batch_split_below = std::size_t{1} << 18;
 
 void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
     const auto ta = s.transpose_a ? CblasTrans : CblasNoTrans;
@@ -23,10 +27,15 @@ void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
                     static_cast<blasint>(s.k), 1.0f, a, lda, b, ldb, 0.0f, c, static_cast<blasint>(s.n));
         return;
     }
-    for (std::size_t i = 0; i < s.batch; ++i)
-        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
-                    static_cast<blasint>(s.k), 1.0f, a + i * s.m * s.k, lda, b + (s.batched_b ? i * s.k * s.n : 0), ldb,
-                    0.0f, c + i * s.m * s.n, static_cast<blasint>(s.n));
+    // Small products of a batch (attention's per head) run whole on each thread, as OpenBLAS runs one
+    // product on one thread inside a parallel region: the same bits as one after the other.
+    const std::size_t per_product = s.m * s.n * s.k;
+    split(s.batch, per_product >= batch_split_below ? s.batch : 1, [&](std::size_t i0, std::size_t i1) {
+        for (std::size_t i = i0; i < i1; ++i)
+            cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
+                        static_cast<blasint>(s.k), 1.0f, a + i * s.m * s.k, lda, b + (s.batched_b ? i * s.k * s.n : 0),
+                        ldb, 0.0f, c + i * s.m * s.n, static_cast<blasint>(s.n));
+    });
 }
 
 } // namespace detail
@@ -52,17 +61,6 @@ std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) 
            (o.transpose_b ? "ᵀ" : "");
 }
 
-/// Splits [0, n) over the OpenMP threads (the pool OpenBLAS and oneDNN use too) in pieces of at least
-/// `min_piece` (one piece when n is smaller), and calls part(begin, end) for each piece.
-template <class Part>
-void split(std::size_t n, std::size_t min_piece, Part part) {
-    const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
-    const int parts = static_cast<int>(std::clamp<std::size_t>(n / min_piece, 1, threads));
-#pragma omp parallel for num_threads(parts) if (parts > 1)
-    for (int p = 0; p < parts; ++p)
-        part(n * std::size_t(p) / std::size_t(parts), n * std::size_t(p + 1) / std::size_t(parts));
-}
-
 /// Widens a tensor into a reusable float32 buffer (no copy for float32), on every thread the product
 /// will run on.
 const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
@@ -70,7 +68,7 @@ const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     scratch.resize(t.size());
     const auto* bytes = static_cast<const std::byte*>(t.raw());
     const std::size_t width = size_of(t.dtype());
-    split(t.size(), std::size_t{1} << 14, [&](std::size_t begin, std::size_t end) {
+    detail::split(t.size(), std::size_t{1} << 14, [&](std::size_t begin, std::size_t end) {
         widen(bytes + begin * width, t.dtype(), scratch.data() + begin, end - begin);
     });
     return scratch.data();
@@ -157,7 +155,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     const std::size_t rows = s.batch * s.m;
     if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
         const float* pb = as_float32(b, wb);
-        split(rows, 16, [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, add, out, r0, r1); });
+        detail::split(rows, 16, [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, add, out, r0, r1); });
         return out;
     }
     float* c = float32_product(out, 0, out.size(), wc);

@@ -4,6 +4,8 @@
 // written in place, without the copies. Include only from .cpp files.
 
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <algorithm>
@@ -14,6 +16,20 @@
 namespace mixprec::autodiff::kernels::detail {
 
 inline constexpr std::size_t chunk = 2048; // floats: a few KiB per operand, stays in L1
+
+/// Calls body(i, n) for the chunks [i, i + n) of [0, size), spread over the threads from 16 chunks each
+/// (elementwise work: the same bits however it is split). Each thread runs its chunks in the copy
+/// compiled for the level in use (isa_kernels.hpp): a parallel region's body is compiled apart from the
+/// function around it, so it would not inherit that function's vector width.
+template <class Body>
+void for_each_chunk(std::size_t size, Body body) {
+    const std::size_t chunks = (size + chunk - 1) / chunk;
+    autodiff::detail::split(chunks, 16, [&](std::size_t c0, std::size_t c1) {
+        autodiff::detail::vectorized([&] {
+            for (std::size_t c = c0; c < c1; ++c) body(c * chunk, std::min(chunk, size - c * chunk));
+        });
+    });
+}
 
 inline const std::byte* bytes_at(const Tensor& t, std::size_t element) {
     return static_cast<const std::byte*>(t.raw()) + element * size_of(t.dtype());
@@ -41,14 +57,13 @@ inline void store(const float* result, Tensor& out, std::size_t i, std::size_t n
 template <class F>
 Tensor map(const Tensor& x, F f) {
     Tensor out = Tensor::uninitialized(x.shape(), x.dtype());
-    std::array<float, chunk> u, r;
-    for (std::size_t i = 0; i < x.size(); i += chunk) {
-        const std::size_t n = std::min(chunk, x.size() - i);
+    for_each_chunk(x.size(), [&](std::size_t i, std::size_t n) {
+        std::array<float, chunk> u, r;
         const float* in = floats_at(x, i, n, u);
         float* res = result_at(out, i, r);
         for (std::size_t j = 0; j < n; ++j) res[j] = f(in[j]);
         store(res, out, i, n);
-    }
+    });
     return out;
 }
 
@@ -57,15 +72,14 @@ template <class F>
 Tensor zip(const Tensor& a, const Tensor& b, Dtype dtype, F f) {
     check_same_shape(a, b, "elementwise");
     Tensor out = Tensor::uninitialized(a.shape(), dtype);
-    std::array<float, chunk> u, v, r;
-    for (std::size_t i = 0; i < a.size(); i += chunk) {
-        const std::size_t n = std::min(chunk, a.size() - i);
+    for_each_chunk(a.size(), [&](std::size_t i, std::size_t n) {
+        std::array<float, chunk> u, v, r;
         const float* pa = floats_at(a, i, n, u);
         const float* pb = floats_at(b, i, n, v);
         float* res = result_at(out, i, r);
         for (std::size_t j = 0; j < n; ++j) res[j] = f(pa[j], pb[j]);
         store(res, out, i, n);
-    }
+    });
     return out;
 }
 
@@ -75,16 +89,15 @@ Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Dtype dtype, F f)
     check_same_shape(a, b, "elementwise");
     check_same_shape(a, c, "elementwise");
     Tensor out = Tensor::uninitialized(a.shape(), dtype);
-    std::array<float, chunk> u, v, w, r;
-    for (std::size_t i = 0; i < a.size(); i += chunk) {
-        const std::size_t n = std::min(chunk, a.size() - i);
+    for_each_chunk(a.size(), [&](std::size_t i, std::size_t n) {
+        std::array<float, chunk> u, v, w, r;
         const float* pa = floats_at(a, i, n, u);
         const float* pb = floats_at(b, i, n, v);
         const float* pc = floats_at(c, i, n, w);
         float* res = result_at(out, i, r);
         for (std::size_t j = 0; j < n; ++j) res[j] = f(pa[j], pb[j], pc[j]);
         store(res, out, i, n);
-    }
+    });
     return out;
 }
 
