@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Markdown tables from the JSON output of bench_convert and bench_matmul (Python 3 stdlib only).
+"""Markdown tables from the JSON output of the bench programs (Python 3 stdlib only).
 
-    report.py bench_convert.json bench_matmul.json
+    report.py bench_convert.json bench_matmul.json bench_layers.json bench_amp.json bench_roofline.json
 
 Every repetition in the JSON is one sample. For each benchmark the table shows the median rate over its
 repetitions and the best (highest) one; each is divided by the median / best rate of its peer of the same
@@ -12,6 +12,10 @@ Floors checked (on the ratio of medians):
   matmul float32, float16            >= 0.9 x sgemm
   matmul bfloat16 (automatic)        >= 1.5 x sgemm   where the CPU has AVX512-BF16, else >= 0.9 x
 Rows without a floor (portable conversion path, bfloat16 with a forced backend) are for reference.
+
+bench_roofline has no floor: its tables show the measured FMA roof per thread count, and each model's
+training step (ms, GFLOP per step counted from the model's products, GFLOP/s) as a share of the float32
+roof at the step's thread count (and of the bfloat16 roof for mixed_bfloat16 where the CPU has one).
 """
 
 import json
@@ -123,7 +127,8 @@ def matmul_table(samples, ctx):
     variants = ["float32", "float16", "bfloat16/automatic", "bfloat16/sgemm", "bfloat16/onednn"]
     floors = {"float32": MATMUL_FLOOR, "float16": MATMUL_FLOOR,
               "bfloat16/automatic": BF16_FLOOR if bf16_hw else MATMUL_FLOOR}
-    print("| shape MxKxN | matmul | GFLOP/s | sgemm GFLOP/s | ratio vs sgemm | best GFLOP/s | best sgemm | best ratio | floor |")
+    print("| shape MxKxN | matmul | GFLOP/s | sgemm GFLOP/s | ratio vs sgemm | best GFLOP/s | best sgemm | best ratio "
+          "| floor |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     below = []
     shapes = sorted(by_shape, key=shape_key)
@@ -175,7 +180,8 @@ def step_table(samples):
     ratio = times["loss_scale_adam"] / times["adam"]
     judged = ratio
     verdict_separate = "(reference)" if pairs else ("ok" if ratio <= STEP_FLOOR else "**above**")
-    print(f"| {name} | separately | {times['loss_scale_adam']:.0f} | {times['adam']:.0f} | {ratio:.3f} | {verdict_separate} |")
+    print(f"| {name} | separately | {times['loss_scale_adam']:.0f} | {times['adam']:.0f} | {ratio:.3f} | "
+          f"{verdict_separate} |")
     if pairs:
         judged = statistics.median(r["ratio"] for r in pairs)
         scaled = statistics.median(r["scaled_us"] for r in pairs)
@@ -208,6 +214,58 @@ def layers_table(samples):
     return below
 
 
+TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+MODEL_ORDER = {"mlp": 0, "cnn": 1, "vit": 2}
+PRECISION_ORDER = {"float32": 0, "mixed_float16": 1, "mixed_bfloat16": 2}
+
+
+def roof_table(samples):
+    """The roof benchmarks: median and best of their repetitions, and the figure measured at start (best of
+    five 50 ms runs), which the training steps are divided by."""
+    print("| roof | instructions | threads | GFLOP/s | best GFLOP/s | at start (used for shares) |")
+    print("|---|---|---:|---:|---:|---:|")
+    rows = sorted((k for k in samples if k[0] == "roof"), key=lambda k: (k[1], int(k[3])))
+    for key in rows:
+        runs = samples[key]
+        med, best = summary(runs, "GFLOP/s")
+        at_start = runs[0].get("at_start_GFLOP/s", float("nan"))
+        print(f"| {key[1]} | {key[2]} | {key[3]} | {med:.1f} | {best:.1f} | {at_start:.1f} |")
+
+
+def roofline_table(samples):
+    """Each model's training step: median time and GFLOP/s over the repetitions, and the median GFLOP/s
+    as a share of the roof measured at start at the same thread count."""
+    keys = sorted((k for k in samples if k[0] == "train_step"),
+                  key=lambda k: (MODEL_ORDER.get(k[1], 9), k[1], PRECISION_ORDER.get(k[2], 9), k[2]))
+    bf16 = any("bf16_roof_GFLOP/s" in r for k in keys for r in samples[k])
+    head = "| model | precision | threads | ms per step | GFLOP/step | GFLOP/s | roof GFLOP/s | share of roof |"
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|"
+    if bf16:
+        head += " bf16 roof GFLOP/s | share of bf16 roof |"
+        rule += "---:|---:|"
+    print(head + " skipped steps |")
+    print(rule + "---:|")
+    flagged = []
+    for key in keys:
+        runs = samples[key]
+        ms = statistics.median(r["real_time"] * TIME_UNIT_MS[r.get("time_unit", "ns")] for r in runs)
+        gflops = statistics.median(r["GFLOP/s"] for r in runs)
+        roof = runs[0].get("roof_GFLOP/s", float("nan"))
+        skipped = int(sum(r.get("skipped_steps", 0) for r in runs))
+        line = (f"| {key[1]} | {key[2]} | {int(runs[0].get('threads', 0))} | {ms:.2f} | {runs[0]['GFLOP/step']:.3f} | "
+                f"{gflops:.1f} | {roof:.1f} | {gflops / roof:.3f} |")
+        if bf16:
+            broof = runs[0].get("bf16_roof_GFLOP/s")
+            line += f" {broof:.1f} | {gflops / broof:.3f} |" if broof else " | |"
+        print(line + f" {skipped if skipped == 0 else f'**{skipped}**'} |")
+        if skipped:
+            flagged.append(f"{key[1]} {key[2]}: {skipped} skipped steps while timed (a skipped step does less work)")
+    if flagged:
+        print()
+        for f in flagged:
+            print(f"- {f}")
+
+
 def main(paths):
     below = []
     for path in paths:
@@ -226,6 +284,12 @@ def main(paths):
         if "sgemm" in kinds:
             print("\n### Matmul (GFLOP/s = 2*M*N*K / time)\n")
             below += matmul_table(samples, ctx)
+        if "roof" in kinds:
+            print("\n### The CPU's FMA roof (GFLOP/s = 2 x multiply-adds per second)\n")
+            roof_table(samples)
+        if "train_step" in kinds:
+            print("\n### Training steps against the roof (batch 128; FLOPs of products and convolutions only)\n")
+            roofline_table(samples)
         print()
     print("### Below floor (ratio of medians)\n")
     for b in below or ["none"]:
