@@ -8,28 +8,55 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace mixprec::autodiff {
 namespace {
 
-/// The CPUs this process may run on.
-int usable_cpus() {
+/// The CPUs this process may run on (all online CPUs when the mask cannot be read).
+cpu_set_t usable_set() {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? static_cast<int>(online) : 1;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) == 0) {
+        const long online = sysconf(_SC_NPROCESSORS_ONLN);
+        for (long c = 0; c < std::max(online, 1L) && c < CPU_SETSIZE; ++c) CPU_SET(static_cast<int>(c), &set);
+    }
+    return set;
 }
 
-/// Busy clock ticks summed over every CPU, from /proc/stat's first line (0 when it cannot be read).
+int usable_cpus() {
+    const cpu_set_t set = usable_set();
+    return std::max(1, CPU_COUNT(&set));
+}
+
+/// Busy clock ticks summed over the CPUs this process may run on, from /proc/stat's per-CPU lines (load
+/// on CPUs it may not use costs it nothing); 0 when they cannot be read.
 std::uint64_t machine_busy_ticks() {
+    const cpu_set_t usable = usable_set();
     std::ifstream in("/proc/stat");
-    std::string cpu;
-    std::uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-    if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return 0;
-    return user + nice + system + irq + softirq + steal;
+    std::string line;
+    std::uint64_t busy = 0;
+    bool seen = false;
+    while (std::getline(in, line)) {
+        if (line.rfind("cpu", 0) != 0) {
+            if (seen) break; // the per-CPU lines come first, together
+            continue;
+        }
+        std::istringstream fields(line);
+        std::string name;
+        std::uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+        if (!(fields >> name >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal)) return 0;
+        if (name == "cpu") continue; // the machine's total
+        const int cpu = std::atoi(name.c_str() + 3);
+        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &usable)) continue;
+        busy += user + nice + system + irq + softirq + steal;
+        seen = true;
+    }
+    return seen ? busy : 0;
 }
 
 double own_cpu_seconds() {

@@ -7,9 +7,10 @@
 /// take time from it as well: a busy core then costs far more than its share (two threads on two cores
 /// with one of them busy ran 4× slower than alone, one thread only 1.4×).
 ///
-/// CoreShare measures, over windows of `window_seconds`, the CPU time the whole machine spent busy
-/// (/proc/stat: user, nice, system, irq, softirq and steal, summed over every CPU) minus this process's
-/// own (getrusage): the cores in use elsewhere. It sets the pool to the cores that leaves free, rounded
+/// CoreShare measures, over windows of `window_seconds`, the CPU time spent busy on the CPUs this process
+/// may run on (/proc/stat: user, nice, system, irq, softirq and steal, summed over the CPUs of its
+/// affinity mask) minus this process's own (getrusage): the cores in use elsewhere. (A CPU quota set by
+/// a container without an affinity mask is not seen: there, fix the count with set_blas_threads.) It sets the pool to the cores that leaves free, rounded
 /// with some hysteresis — one thread fewer for each 0.35 of a core busy elsewhere, and back up only when
 /// less than 0.2 of that core stays busy — never fewer than 1 nor more than `max_threads`. Call update()
 /// often (once per training step, as the ShareCores callback of mixprec::models does): it reads the two
