@@ -317,23 +317,6 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
     }
 }
 
-detail::conv_shape onednn_shape(const geometry& g, detail::conv_operands operands) {
-    const auto& o = g.opt;
-    return {g.n,
-            g.c,
-            g.h,
-            g.w,
-            g.o,
-            g.kh,
-            g.kw,
-            g.ho,
-            g.wo,
-            {o.stride[0], o.stride[1]},
-            {o.dilation[0], o.dilation[1]},
-            {o.padding[0], o.padding[1]},
-            operands};
-}
-
 /// The route of a convolution: oneDNN's primitives (bfloat16 operands as they are where the level has
 /// AVX512-BF16, every other dtype widened to float32), or im2col and a GEMM (see ops_conv.hpp for which
 /// one `automatic` takes, and why).
@@ -348,23 +331,43 @@ route route_of(const geometry& g, Dtype dtype, ConvBackend backend) {
     return bf16 ? route::im2col_bf16 : route::im2col_f32;
 }
 
+detail::conv_shape onednn_shape(const geometry& g, route r) {
+    const auto& o = g.opt;
+    return {g.n,
+            g.c,
+            g.h,
+            g.w,
+            g.o,
+            g.kh,
+            g.kw,
+            g.ho,
+            g.wo,
+            {o.stride[0], o.stride[1]},
+            {o.dilation[0], o.dilation[1]},
+            {o.padding[0], o.padding[1]},
+            r == route::onednn_bf16 ? detail::conv_operands::bf16 : detail::conv_operands::f32};
+}
+
+/// What oneDNN reads for t on route r: t's own bfloat16 values, or float32 ones (widened into scratch
+/// `slot` unless t is float32).
+const void* onednn_operand(const Tensor& t, route r, std::size_t slot) {
+    return r == route::onednn_bf16 ? t.raw() : floats_of(t, slot);
+}
+
 } // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
     const route r = route_of(g, x.dtype(), options.backend);
-    const auto operands = r == route::onednn_bf16 ? detail::conv_operands::bf16 : detail::conv_operands::f32;
     Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, x.dtype());
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
-        const bool narrowed = y.dtype() != Dtype::float32;
-        float* wide = narrowed ? scratch<float>(image_result, y.size()) : static_cast<float*>(y.raw());
-        const void* xs = r == route::onednn_bf16 ? x.raw() : floats_of(x, widened_x);
-        const void* ws = r == route::onednn_bf16 ? w.raw() : floats_of(w, widened_w);
-        detail::onednn_conv_forward(onednn_shape(g, operands), xs, ws, b, wide);
-        if (narrowed) narrow(wide, y.raw(), y.size(), y.dtype());
+        float* wide = workspace(y, 0, y.size(), false);
+        detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                    onednn_operand(w, r, widened_w), b, wide);
+        commit(y, 0, wide, y.size());
         break;
     }
     case route::im2col_bf16:
@@ -374,7 +377,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
         forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, y);
         break;
     }
-    const auto grads = [x, w, has_bias = bias.has_value(), g, r, operands](const Tensor& dy) {
+    const auto grads = [x, w, has_bias = bias.has_value(), g, r](const Tensor& dy) {
         // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
         std::optional<Tensor> dx;
         if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), x.dtype());
@@ -385,16 +388,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
         switch (r) {
         case route::onednn_bf16:
         case route::onednn_f32: {
-            const bool narrowed = dx && dx->dtype() != Dtype::float32;
-            float* wide = !dx        ? nullptr
-                          : narrowed ? scratch<float>(image_result, dx->size())
-                                     : static_cast<float*>(dx->raw());
-            const bool as_is = r == route::onednn_bf16;
-            detail::onednn_conv_backward(onednn_shape(g, operands), as_is ? x.raw() : floats_of(x, widened_x),
-                                         as_is ? w.raw() : floats_of(w, widened_w),
-                                         as_is ? dy.raw() : floats_of(dy, widened_other), wide, dw.data,
-                                         db ? db->data : nullptr);
-            if (narrowed) narrow(wide, dx->raw(), dx->size(), dx->dtype());
+            float* wide = dx ? workspace(*dx, 0, dx->size(), false) : nullptr;
+            detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                         onednn_operand(w, r, widened_w), onednn_operand(dy, r, widened_other), wide,
+                                         dw.data, db ? db->data : nullptr);
+            if (dx) commit(*dx, 0, wide, dx->size());
             break;
         }
         case route::im2col_bf16:
