@@ -152,4 +152,25 @@ Tensor max(const Tensor& x, std::vector<int> axes, bool keepdims) {
     return y;
 }
 
+std::vector<std::int64_t> argmax(const Tensor& x, int axis) {
+    const Plan p = make_plan(x.shape(), {axis}, false, "argmax");
+    const std::size_t a = static_cast<std::size_t>(axis < 0 ? axis + static_cast<int>(x.rank()) : axis);
+    const std::size_t n = x.shape()[a];
+    if (n == 0)
+        throw shape_error("argmax: axis " + std::to_string(axis) + " of shape " + x.shape().to_string() +
+                          " has length 0, so it has no largest element");
+    std::size_t inner = 1;
+    for (std::size_t i = a + 1; i < x.rank(); ++i) inner *= x.shape()[i];
+    const std::vector<float> v = x.to_floats();
+    std::vector<std::int64_t> out(p.out.elements());
+    for (std::size_t o = 0; o < out.size(); ++o) {
+        const float* first = v.data() + (o / inner) * n * inner + o % inner; // x[o / inner, 0, o % inner]
+        std::size_t best = 0;
+        for (std::size_t k = 1; k < n && !std::isnan(first[best * inner]); ++k)
+            if (std::isnan(first[k * inner]) || first[k * inner] > first[best * inner]) best = k;
+        out[o] = static_cast<std::int64_t>(best);
+    }
+    return out;
+}
+
 } // namespace mixprec::autodiff

@@ -6,6 +6,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/convert.cpp
   autodiff/tensor/shape.cpp
   autodiff/tensor/tensor.cpp
+  autodiff/tensor/print.cpp
   autodiff/tensor/tensor_xt.cpp
   autodiff/tensor/kernels_elementwise.cpp
   autodiff/tensor/kernels_matmul.cpp

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace mixprec::autodiff {
@@ -180,7 +181,27 @@ std::vector<std::optional<Tensor>> GradientTape::gradient_or_none(const Tensor& 
     return run(target, in, Unconnected::none);
 }
 
-std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources) {
+void GradientTape::check_watched(const std::vector<Variable>& sources) const {
+    for (const Variable& v : sources) {
+        if (variable_reads_.count(v.uid()) != 0) continue;
+        std::string message = "GradientTape::gradient: variable '" + v.name() + "' ";
+        if (!v.trainable())
+            message += "is not trainable, so reading it does not watch it: leave it out of the sources "
+                       "(trainable_variables() does), or call tape.watch(variable) to differentiate with respect "
+                       "to it";
+        else if (!options_.watch_accessed_variables)
+            message += "was never watched by this tape, which was made with watch_accessed_variables = false: "
+                       "call tape.watch(variable) while it records";
+        else
+            message += "was never read while this tape was recording (read it inside the tape's scope, or call "
+                       "tape.watch(variable)); a value read before the tape was created is not watched, and its "
+                       "gradient would silently be zero";
+        throw std::logic_error(message);
+    }
+}
+
+std::vector<std::optional<Tensor>>
+GradientTape::variable_gradients(const Tensor& target, const std::vector<Variable>& sources, Unconnected mode) {
     // A variable's gradient is the sum over the values of it this tape saw (usually one).
     std::vector<Input> in;
     std::vector<std::pair<std::size_t, std::size_t>> ranges; // [begin, end) in `in` per variable
@@ -191,14 +212,30 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         ranges.emplace_back(begin, in.size());
     }
     auto gs = run(target, in, Unconnected::none);
-    std::vector<Tensor> out;
+    std::vector<std::optional<Tensor>> out;
+    out.reserve(sources.size());
     for (std::size_t i = 0; i < sources.size(); ++i) {
+        const auto [begin, end] = ranges[i];
         std::optional<Tensor> sum;
-        for (std::size_t j = ranges[i].first; j < ranges[i].second; ++j)
+        for (std::size_t j = begin; j < end; ++j)
             if (gs[j]) sum = !sum ? *gs[j] : kernels::add(*sum, gs[j]->to(sum->dtype()));
-        out.push_back(sum ? *sum : Tensor(sources[i].shape(), sources[i].working_dtype()));
+        if (!sum && mode == Unconnected::zero) {
+            const Dtype dtype = begin < end ? in[begin].dtype : sources[i].working_dtype();
+            sum = Tensor(sources[i].shape(), dtype);
+        }
+        out.push_back(std::move(sum));
     }
     return out;
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources) {
+    if (!used_) check_watched(sources);
+    return unwrap(variable_gradients(target, sources, Unconnected::zero));
+}
+
+std::vector<std::optional<Tensor>> GradientTape::gradient_or_none(const Tensor& target,
+                                                                  const std::vector<Variable>& sources) {
+    return variable_gradients(target, sources, Unconnected::none);
 }
 
 } // namespace mixprec::autodiff

@@ -10,6 +10,25 @@
 /// the tensor they belong to: the gradient of a float16 tensor is computed and stored in float16, so it
 /// underflows where real hardware would. Fan-out gradients add up (rounded in that dtype).
 ///
+/// What each source gets (TensorFlow's rules, with one stricter case):
+///
+///   source                                               gradient()                    gradient_or_none()
+///   the target depends on it                             d target / d source           the same
+///   watched, the target does not depend on it            zeros of its shape and dtype  nullopt
+///     ("unconnected")
+///   a Tensor this tape never watched                     zeros of its shape and dtype  nullopt
+///   a Variable this tape never watched                   std::logic_error naming it    nullopt
+///
+/// gradient() answers unconnected sources as TensorFlow's UnconnectedGradients.ZERO does
+/// (Unconnected::zero), gradient_or_none() as UnconnectedGradients.NONE (Unconnected::none). A Tensor
+/// that is not watched is one of the many constants a computation reads (a batch of data), so it is
+/// unconnected. A Variable is different: its gradient goes to an optimizer, and a Variable the tape never
+/// watched is a bug, not a parameter without influence — its value was read before the tape existed
+/// (the working copy is cached, so the later computation used it without the tape seeing the read), it is
+/// not trainable, or the tape was made with watch_accessed_variables = false. A zero would silently stop
+/// it from training, so gradient() throws instead, naming the variable. A Variable is watched when it was
+/// read (trainable, watch_accessed_variables) while this tape recorded, or given to watch(variable).
+///
 /// The reverse pass walks the recording backwards in a loop (no recursion: a chain of 100,000 ops is
 /// fine) and drops each gradient and backward closure as soon as nothing needs it. A non-persistent tape
 /// answers one `gradient` call and then stops recording; a persistent one answers any number and keeps
@@ -42,7 +61,7 @@ struct GradientTapeOptions {
     bool watch_accessed_variables = true; ///< watch trainable Variables read while recording
 };
 
-/// What gradient() gives for a source the target does not depend on.
+/// What a source the target does not depend on gets: zeros (gradient()) or nullopt (gradient_or_none()).
 enum class Unconnected { zero, none };
 
 class GradientTape {
@@ -57,14 +76,18 @@ class GradientTape {
     /// Watches the variable's current value (its working copy) for this tape.
     void watch(const Variable& variable);
 
-    /// d target / d source for each source: zeros of the source's shape and dtype where unconnected.
-    /// The target's gradient is seeded with ones. Throws std::logic_error if the target was not
-    /// recorded by this tape or the tape was used up (non-persistent, after one call).
+    /// d target / d source for each source: zeros of the source's shape and dtype where unconnected or
+    /// not watched. The target's gradient is seeded with ones. Throws std::logic_error if the target was
+    /// not recorded by this tape or the tape was used up (non-persistent, after one call).
     std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
-    /// Gradients for variables, each in the variable's working dtype (what reached the value it read).
+    /// Gradients for variables, each in the dtype of the value the tape saw it read (its working dtype),
+    /// summed over every value of it the tape saw; zeros for a variable the tape watched that the target
+    /// does not depend on. std::logic_error naming the first variable this tape never watched (see the
+    /// table above) — checked before the tape is used up — and as the Tensor overload.
     std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& sources);
-    /// As gradient(), with nullopt for unconnected sources.
+    /// As gradient(), with nullopt for unconnected or unwatched sources (never an error for those).
     std::vector<std::optional<Tensor>> gradient_or_none(const Tensor& target, const std::vector<Tensor>& sources);
+    std::vector<std::optional<Tensor>> gradient_or_none(const Tensor& target, const std::vector<Variable>& sources);
 
     bool is_recording() const { return recording_; }
     bool is_watched(const Tensor& tensor) const { return watched_.count(tensor.id()) != 0; }
@@ -88,6 +111,9 @@ class GradientTape {
     };
 
     std::vector<std::optional<Tensor>> run(const Tensor& target, const std::vector<Input>& sources, Unconnected mode);
+    std::vector<std::optional<Tensor>> variable_gradients(const Tensor& target, const std::vector<Variable>& sources,
+                                                          Unconnected mode);
+    void check_watched(const std::vector<Variable>& sources) const;
     void stop_recording();
 
     GradientTapeOptions options_;

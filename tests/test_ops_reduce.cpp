@@ -204,3 +204,40 @@ BOOST_AUTO_TEST_CASE(shape_errors_name_the_axes_and_shapes) {
     expect_shape_error([&] { softmax(x, 2); }, {"softmax", "axis 2", "(2, 3)"});
     expect_shape_error([&] { log_softmax(Tensor(), -1); }, {"log_softmax", "axis -1", "()"});
 }
+
+// argmax: one index per position of the other axes, row-major; the first on ties; the first NaN when
+// there is one (so that x at the index is max(x)); integers, not a Tensor, and nothing recorded.
+BOOST_AUTO_TEST_CASE(argmax_indices_ties_and_nan) {
+    using indices = std::vector<std::int64_t>;
+    const Tensor logits = Tensor::from_floats(Shape{3, 4}, std::vector<float>{0.5f, 2, -1, 2,    //
+                                                                              -3, -2, -5, -2.5f, //
+                                                                              1, 1, 1, 1});
+    BOOST_TEST(argmax(logits) == (indices{1, 1, 0}), tt::per_element()); // ties: the first
+    BOOST_TEST(argmax(logits, 1) == argmax(logits), tt::per_element());
+    BOOST_TEST(argmax(logits, 0) == (indices{2, 0, 2, 0}), tt::per_element());
+    BOOST_TEST(argmax(logits, -2) == argmax(logits, 0), tt::per_element());
+
+    // (2, 3, 2) along axis 1: [i * 2 + k] is the index of the largest of x[i, :, k].
+    const Tensor cube =
+        Tensor::from_floats(Shape{2, 3, 2}, std::vector<float>{1, 6, 5, 2, 3, 4, 9, 0, 7, 8, 9, 1}, Dtype::bfloat16);
+    BOOST_TEST(argmax(cube, 1) == (indices{1, 0, 0, 1}), tt::per_element());
+    BOOST_TEST(argmax(cube, -1) == (indices{1, 0, 1, 0, 1, 0}), tt::per_element());
+    BOOST_TEST(argmax(counting(Shape{5}, Dtype::float16)) == (indices{4}), tt::per_element());
+
+    const Tensor special = Tensor::from_floats(Shape{4, 3}, std::vector<float>{-INFINITY, -INFINITY, -INFINITY, 1, NAN,
+                                                                               NAN, NAN, 5, 1, 2, INFINITY, INFINITY});
+    BOOST_TEST(argmax(special) == (indices{0, 1, 0, 1}), tt::per_element());
+    const std::vector<float> top = max(special, {-1}).to_floats();
+    BOOST_TEST(std::isnan(top[1])); // the index points at max's answer: NaN
+    BOOST_TEST(std::isnan(special.at({1, std::size_t(argmax(special)[1])})));
+    BOOST_TEST(argmax(Tensor(Shape{0, 3})).empty());
+
+    GradientTape tape;
+    tape.watch(logits);
+    (void)argmax(logits);
+    BOOST_TEST(tape.recorded_ops() == 0u);
+
+    expect_shape_error([&] { argmax(logits, 2); }, {"argmax", "axis 2", "(3, 4)"});
+    expect_shape_error([&] { argmax(Tensor()); }, {"argmax", "axis -1", "()"});
+    expect_shape_error([&] { argmax(Tensor(Shape{2, 0})); }, {"argmax", "axis -1", "(2, 0)", "length 0"});
+}

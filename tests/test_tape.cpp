@@ -3,9 +3,12 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include "op_checks.hpp"
+
 #include <cmath>
 
 using namespace mixprec::autodiff;
+using op_checks::throws_with;
 
 namespace {
 Tensor vec(std::vector<float> v, Dtype dtype = Dtype::float32) {
@@ -97,19 +100,84 @@ BOOST_AUTO_TEST_CASE(stop_gradient_and_nesting) {
     BOOST_TEST(outer.gradient(z, {x})[0].flat(0) == 2.0f * 9.0f * 3.0f); // outer saw it too
 }
 
-// Trainable variables read inside a tape are watched; their gradient has the working dtype.
+// Trainable variables read inside a tape are watched; their gradient has the working dtype. A variable
+// that is not trainable is not watched by reading it: asking for its gradient is an error, unless the tape
+// was told to watch it.
 BOOST_AUTO_TEST_CASE(variables) {
     Variable w(vec({0.5f, -1.5f}), "w");
     Variable frozen(vec({2.0f, 2.0f}), "frozen", /*trainable=*/false);
     w.set_working_dtype(Dtype::float16);
+    {
+        GradientTape tape({.persistent = true});
+        const Tensor wr = w.read();
+        BOOST_TEST(wr.dtype() == Dtype::float16);
+        const Tensor y = wr * frozen.read().to(Dtype::float16);
+        const auto g = tape.gradient(y, std::vector<Variable>{w});
+        BOOST_TEST(g[0].dtype() == Dtype::float16);
+        BOOST_TEST(g[0].to_floats() == (std::vector<float>{2.0f, 2.0f}), boost::test_tools::per_element());
+        BOOST_TEST((throws_with<std::logic_error>(
+            [&] {
+                tape.gradient(y, std::vector<Variable>{w, frozen});
+            },
+            {"'frozen'", "not trainable", "tape.watch(variable)"})));
+        BOOST_TEST(!tape.gradient_or_none(y, std::vector<Variable>{frozen})[0].has_value());
+    }
     GradientTape tape;
-    const Tensor wr = w.read();
-    BOOST_TEST(wr.dtype() == Dtype::float16);
-    const Tensor y = wr * frozen.read().to(Dtype::float16);
+    tape.watch(frozen);
+    const Tensor y = w.read() * cast(frozen.read(), Dtype::float16); // cast is recorded, .to() is not
     const auto g = tape.gradient(y, std::vector<Variable>{w, frozen});
-    BOOST_TEST(g[0].dtype() == Dtype::float16);
-    BOOST_TEST(g[0].to_floats() == (std::vector<float>{2.0f, 2.0f}), boost::test_tools::per_element());
-    BOOST_TEST(g[1].to_floats() == (std::vector<float>{0.0f, 0.0f}), boost::test_tools::per_element());
+    BOOST_TEST(g[1].dtype() == Dtype::float32);
+    BOOST_TEST(g[1].to_floats() == (std::vector<float>{0.5f, -1.5f}), boost::test_tools::per_element());
+}
+
+// A variable read before the tape existed was never watched by it: its gradient is not zero but an error
+// naming it (the cached working copy was reused, so the computation did depend on it). A variable read
+// inside the tape that the target does not depend on is unconnected: zeros from gradient(), nullopt from
+// gradient_or_none().
+BOOST_AUTO_TEST_CASE(variables_the_tape_never_watched_are_an_error) {
+    Variable kernel(vec({0.5f, -1.5f}), "dense/kernel"), bias(vec({0.25f, 0.25f}), "dense/bias");
+    Variable unused(vec({1.0f, 2.0f, 3.0f}), "head/kernel");
+    const Tensor x = vec({1.0f, 2.0f});
+    const Tensor early = kernel.read(); // before the tape
+    {
+        GradientTape tape; // not persistent: the refusal comes before the tape is used up
+        const Tensor loss = sum(early * x + bias.read());
+        (void)unused.read();
+        BOOST_TEST((throws_with<std::logic_error>(
+            [&] {
+                tape.gradient(loss, std::vector<Variable>{bias, kernel});
+            },
+            {"variable 'dense/kernel' was never read while this tape was recording", "tape.watch(variable)"})));
+        BOOST_TEST(tape.is_recording());
+        const auto g = tape.gradient(loss, std::vector<Variable>{bias, unused});
+        BOOST_TEST(g[0].to_floats() == (std::vector<float>{1.0f, 1.0f}), boost::test_tools::per_element());
+        BOOST_TEST(g[1].shape() == Shape{3});
+        BOOST_TEST(g[1].to_floats() == (std::vector<float>{0, 0, 0}), boost::test_tools::per_element());
+    }
+    {
+        GradientTape tape;
+        const Tensor loss = sum(early * x + bias.read());
+        (void)unused.read();
+        const auto none = tape.gradient_or_none(loss, std::vector<Variable>{bias, unused, kernel});
+        BOOST_TEST(none[0].has_value());
+        BOOST_TEST(!none[1].has_value()); // read, unconnected
+        BOOST_TEST(!none[2].has_value()); // never watched
+    }
+    {
+        // Reading it again inside the tape gives the same cached value, now watched: the gradient flows.
+        GradientTape tape;
+        const Tensor loss = sum(kernel.read() * x + bias.read());
+        BOOST_TEST(kernel.read().id() == early.id());
+        const auto g = tape.gradient(loss, std::vector<Variable>{kernel});
+        BOOST_TEST(g[0].to_floats() == (std::vector<float>{1.0f, 2.0f}), boost::test_tools::per_element());
+    }
+    {
+        GradientTape tape({.watch_accessed_variables = false});
+        tape.watch(bias);
+        const Tensor loss = sum(kernel.read() * x + bias.read());
+        BOOST_TEST((throws_with<std::logic_error>([&] { tape.gradient(loss, std::vector<Variable>{kernel}); },
+                                                  {"'dense/kernel'", "watch_accessed_variables = false"})));
+    }
 }
 
 // The working copy is round(master), refreshed only when the master changes.

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
+#include <string>
 
 using namespace mixprec::autodiff;
 namespace utf = boost::unit_test;
@@ -236,4 +238,100 @@ BOOST_AUTO_TEST_CASE(unary_kernels_round_once) {
     BOOST_TEST(s.flat(1) == 0.5f);
     BOOST_TEST(s.flat(2) == 1.0f);
     BOOST_TEST(std::isnan(kernels::relu(Tensor::full(Shape{1}, NAN)).flat(0)));
+}
+
+// ---- printing ----
+
+namespace {
+/// x's description, a line break, then `numpy`: what NumPy 1.24's str() gives for the same array.
+std::string printed_as(const Tensor& x, const std::string& numpy) { return x.description() + "\n" + numpy; }
+
+Tensor floats(const Shape& shape, std::vector<float> v, Dtype dtype = Dtype::float32) {
+    return Tensor::from_floats(shape, v, dtype);
+}
+Tensor arange(const Shape& shape) {
+    std::vector<float> v(shape.elements());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+    return floats(shape, v);
+}
+} // namespace
+
+// The expected texts are NumPy 1.24's str() of the same float32 (or float16) arrays.
+BOOST_AUTO_TEST_CASE(to_string_prints_like_numpy) {
+    const Tensor x = floats(Shape{2, 3}, {1, 2.5f, -3, 0.125f, 4, 5});
+    BOOST_TEST(to_string(x) == "float32 (2, 3)\n"
+                               "[[ 1.     2.5   -3.   ]\n"
+                               " [ 0.125  4.     5.   ]]");
+    std::ostringstream os;
+    os << x;
+    BOOST_TEST(os.str() == to_string(x));
+
+    // Each value with the fewest digits that read back as the same value of the tensor's dtype.
+    BOOST_TEST(to_string(floats(Shape{3}, {0.1f, 0.2f, 1.0f / 3}, Dtype::float16)) ==
+               "float16 (3)\n[0.1    0.2    0.3333]");
+    BOOST_TEST(to_string(floats(Shape{3}, {0.1f, 0.2f, 1.0f / 3})) ==
+               "float32 (3)\n[0.1        0.2        0.33333334]");
+    BOOST_TEST(to_string(floats(Shape{3}, {1.0f / 3, 2.0f / 3, 100})) ==
+               "float32 (3)\n[  0.33333334   0.6666667  100.        ]");
+    BOOST_TEST(to_string(floats(Shape{3}, {1.0f / 3, 2.0f / 3, 100}), {.precision = 3}) ==
+               "float32 (3)\n[  0.333   0.667 100.   ]");
+    BOOST_TEST(to_string(floats(Shape{2}, {0.1004f, 2.5f}), {.precision = 3}) == "float32 (2)\n[0.1 2.5]");
+    BOOST_TEST(to_string(floats(Shape{2}, {0.12349f, 2.5f}), {.precision = 3}) == "float32 (2)\n[0.123 2.5  ]");
+
+    // Scientific notation past NumPy's limits; non-finite values aligned with the others.
+    BOOST_TEST(to_string(floats(Shape{2}, {1.5e-5f, 1})) == "float32 (2)\n[1.5e-05 1.0e+00]");
+    BOOST_TEST(to_string(floats(Shape{2}, {123456789.0f, 1})) == "float32 (2)\n[1.2345679e+08 1.0000000e+00]");
+    BOOST_TEST(to_string(floats(Shape{3}, {0.0f, -0.0f, 1e8f})) == "float32 (3)\n[ 0.e+00 -0.e+00  1.e+08]");
+    const std::vector<float> e4m3_values{448, -0.0625f, 3.5f, 0.001953125f}; // exact in float8_e4m3
+    BOOST_TEST(to_string(floats(Shape{4}, e4m3_values)) ==
+               "float32 (4)\n[ 4.480000e+02 -6.250000e-02  3.500000e+00  1.953125e-03]");
+    BOOST_TEST(to_string(floats(Shape{4}, e4m3_values, Dtype::float8_e4m3)) ==
+               "float8_e4m3 (4)\n[ 4.5e+02 -6.2e-02  3.5e+00  2.0e-03]"); // enough to tell float8 values apart
+    BOOST_TEST(to_string(floats(Shape{4}, {-1e-5f, 1, NAN, -INFINITY})) ==
+               "float32 (4)\n[-1.e-05  1.e+00     nan    -inf]");
+    BOOST_TEST(to_string(floats(Shape{2}, {1, NAN})) == "float32 (2)\n[ 1. nan]");
+    BOOST_TEST(to_string(floats(Shape{2}, {NAN, INFINITY}, Dtype::bfloat16)) == "bfloat16 (2)\n[nan inf]");
+    BOOST_TEST(to_string(floats(Shape{}, {3.5f})) == "float32 ()\n3.5");
+    BOOST_TEST(to_string(Tensor(Shape{2, 0})) == "float32 (2, 0)\n[]");
+}
+
+// Nesting, wrapping at the line width, and summaries past the threshold.
+BOOST_AUTO_TEST_CASE(to_string_nests_wraps_and_summarizes) {
+    BOOST_TEST(to_string(arange(Shape{2, 3, 4})) == printed_as(arange(Shape{2, 3, 4}), "[[[ 0.  1.  2.  3.]\n"
+                                                                                       "  [ 4.  5.  6.  7.]\n"
+                                                                                       "  [ 8.  9. 10. 11.]]\n"
+                                                                                       "\n"
+                                                                                       " [[12. 13. 14. 15.]\n"
+                                                                                       "  [16. 17. 18. 19.]\n"
+                                                                                       "  [20. 21. 22. 23.]]]"));
+    BOOST_TEST(to_string(arange(Shape{30})) ==
+               printed_as(arange(Shape{30}),
+                          "[ 0.  1.  2.  3.  4.  5.  6.  7.  8.  9. 10. 11. 12. 13. 14. 15. 16. 17.\n"
+                          " 18. 19. 20. 21. 22. 23. 24. 25. 26. 27. 28. 29.]"));
+    BOOST_TEST(to_string(arange(Shape{2, 6}), {.linewidth = 20}) ==
+               printed_as(arange(Shape{2, 6}), "[[ 0.  1.  2.  3.\n   4.  5.]\n [ 6.  7.  8.  9.\n  10. 11.]]"));
+
+    BOOST_TEST(to_string(arange(Shape{1000})).find("999.]") != std::string::npos); // 1000 elements: all shown
+    BOOST_TEST(to_string(arange(Shape{2000})) ==
+               printed_as(arange(Shape{2000}), "[0.000e+00 1.000e+00 2.000e+00 ... 1.997e+03 1.998e+03 1.999e+03]"));
+    BOOST_TEST(to_string(arange(Shape{40, 50})) ==
+               printed_as(arange(Shape{40, 50}),
+                          "[[0.000e+00 1.000e+00 2.000e+00 ... 4.700e+01 4.800e+01 4.900e+01]\n"
+                          " [5.000e+01 5.100e+01 5.200e+01 ... 9.700e+01 9.800e+01 9.900e+01]\n"
+                          " [1.000e+02 1.010e+02 1.020e+02 ... 1.470e+02 1.480e+02 1.490e+02]\n"
+                          " ...\n"
+                          " [1.850e+03 1.851e+03 1.852e+03 ... 1.897e+03 1.898e+03 1.899e+03]\n"
+                          " [1.900e+03 1.901e+03 1.902e+03 ... 1.947e+03 1.948e+03 1.949e+03]\n"
+                          " [1.950e+03 1.951e+03 1.952e+03 ... 1.997e+03 1.998e+03 1.999e+03]]"));
+    const std::string cube = to_string(arange(Shape{10, 10, 12}));
+    BOOST_TEST(cube.find("  [3.480e+02 3.490e+02 3.500e+02 ... 3.570e+02 3.580e+02 3.590e+02]]\n"
+                         "\n"
+                         " ...\n"
+                         "\n"
+                         " [[8.400e+02 8.410e+02 8.420e+02 ... 8.490e+02 8.500e+02 8.510e+02]\n") != std::string::npos);
+    BOOST_TEST(to_string(arange(Shape{10}), {.threshold = 5, .edgeitems = 1}) ==
+               printed_as(arange(Shape{10}), "[0. ... 9.]"));
+    BOOST_TEST(to_string(arange(Shape{3, 4}), {.threshold = 5, .edgeitems = 1}) ==
+               printed_as(arange(Shape{3, 4}), "[[ 0. ...  3.]\n ...\n [ 8. ... 11.]]"));
+    BOOST_CHECK_THROW(to_string(arange(Shape{2}), {.precision = -1}), std::invalid_argument);
 }

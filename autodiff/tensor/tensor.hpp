@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
@@ -77,7 +78,7 @@ class Tensor {
     /// reshape, to, clone) gets a fresh one.
     std::uint64_t id() const { return id_; }
 
-    /// "float16 (2, 3)": for messages.
+    /// "float16 (2, 3)": for messages. to_string(tensor), below, prints the values too.
     std::string description() const;
 
   private:
@@ -91,6 +92,32 @@ class Tensor {
     std::shared_ptr<std::byte[]> storage_; // 64-byte aligned, nbytes() long
     std::uint64_t id_;
 };
+
+/// How to_string prints values: NumPy's print options, with its defaults.
+struct PrintOptions {
+    int precision = 8;            ///< most digits after the point (of the mantissa when scientific), 0 to 17
+    std::size_t threshold = 1000; ///< a tensor of more elements is summarized
+    std::size_t edgeitems = 3;    ///< elements printed at each end of a summarized axis
+    std::size_t linewidth = 75;   ///< a row wraps before it gets longer than this
+};
+
+/// The description on one line ("float16 (2, 3)"), then the values as NumPy's str(array) prints them:
+///
+///   float32 (2, 3)
+///   [[ 1.     2.5   -3.   ]
+///    [ 0.125  4.     5.   ]]
+///
+/// Nested brackets, one row per line (a blank line between blocks of higher axes, rows wrapped at
+/// `linewidth`), the values widened to float32 and aligned on the point. Each value is written with the
+/// fewest digits (at most `precision` after the point) that read back as the same value of the tensor's
+/// dtype: a float16 0.1 prints as 0.1, not as float32's 0.099975586. Scientific notation when a nonzero
+/// magnitude is ≥ 1e8 or < 1e-4, or the largest is more than 1000 times the smallest ("1.5e-05");
+/// "nan", "inf", "-inf". Past `threshold` elements, every axis longer than 2·edgeitems shows its first
+/// and last `edgeitems` entries around "...". A scalar prints its value alone, an empty tensor "[]".
+/// std::invalid_argument for a precision outside [0, 17].
+std::string to_string(const Tensor& x, const PrintOptions& options = {});
+/// Writes to_string(x) with the default options.
+std::ostream& operator<<(std::ostream& os, const Tensor& x);
 
 /// Throws shape_error "<what>: shapes (a) and (b) differ" unless equal.
 void check_same_shape(const Tensor& a, const Tensor& b, const char* what);
