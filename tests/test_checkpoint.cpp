@@ -721,10 +721,13 @@ BOOST_AUTO_TEST_CASE(lying_sizes_and_counts_are_refused_before_allocating) {
         BOOST_TEST(refused_with(target, b, {"more than 2^40 elements"}));
     }
     {
-        auto b = edit(dim0, std::uint64_t{1} << 20); // 2^40 elements: within Shape's limit, not in the file
+        // 2^40 elements: within Shape's limit, not in the file. The header is compared with the model before
+        // any value is read, so this is refused as another model's checkpoint, having allocated nothing.
+        auto b = edit(dim0, std::uint64_t{1} << 20);
         put<std::uint64_t>(b, dim1, std::uint64_t{1} << 20);
         reseal(b);
-        BOOST_TEST(refused_with(target, b, {"values of variable 'layer1/kernel'", "expected"}));
+        BOOST_TEST(
+            refused_with(target, b, {"variable 0 'layer1/kernel' has shape (1048576, 1048576) in the checkpoint"}));
     }
     BOOST_TEST(refused_with(target, edit(name - 8, std::uint64_t{1} << 62), {"name length", "exceeds the limit"}));
     BOOST_TEST(refused_with(target, edit(name - 8, 4096), {"name length", "bytes are left"}));
@@ -896,15 +899,17 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_for_another_model_optimizer_or_policy_is_refus
 
     std::vector<Variable> renamed = target.vars;
     renamed[2] = Variable(target.vars[2].value(), "head/kernel");
-    BOOST_TEST(throws_with<checkpoint_error>([&] { load(renamed, "mixed_float16", *target.opt, &target.state); },
-                                             {"variable 2", "'layer2/kernel' in the checkpoint", "'head/kernel'"}));
+    BOOST_TEST(throws_with<checkpoint_error>(
+        [&] { load(renamed, "mixed_float16", *target.opt, &target.state); },
+        {"variable 2 is 'layer2/kernel' (7, 3) in the checkpoint", "'head/kernel' (7, 3) in the model"}));
     std::vector<Variable> reshaped = target.vars;
     reshaped[0] = Variable(Tensor(Shape{inputs, hidden + 1}), "layer1/kernel");
     BOOST_TEST(throws_with<checkpoint_error>([&] { load(reshaped, "mixed_float16", *target.opt, &target.state); },
                                              {"variable 0 'layer1/kernel'", "(5, 7) in the checkpoint", "(5, 8)"}));
     std::vector<Variable> fewer(target.vars.begin(), target.vars.end() - 1);
-    BOOST_TEST(throws_with<checkpoint_error>([&] { load(fewer, "mixed_float16", *target.opt, &target.state); },
-                                             {"holds 4 variables", "has 3"}));
+    BOOST_TEST(throws_with<checkpoint_error>(
+        [&] { load(fewer, "mixed_float16", *target.opt, &target.state); },
+        {"holds 4 variables", "has 3", "variable 3, 'layer2/bias' (3), is not in the model"}));
     std::vector<Variable> frozen = target.vars;
     frozen[3] = Variable(target.vars[3].value(), "layer2/bias", /*trainable=*/false);
     BOOST_TEST(throws_with<checkpoint_error>([&] { load(frozen, "mixed_float16", *target.opt, &target.state); },
@@ -934,6 +939,95 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_for_another_model_optimizer_or_policy_is_refus
                                              {"slot 'v_max'"}));
     BOOST_TEST(unbuilt.iterations() == 0); // left built with zero slots, as documented
     BOOST_TEST((fingerprint(target) == before));
+}
+
+// A checkpoint of a model of other sizes (or with other or more layers) is refused naming the first
+// variable that differs and both shapes (and both counts), never with a size that follows from it: a model
+// twice as wide needs more bytes than the smaller model's checkpoint holds, and one half as wide fewer.
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_another_size_names_the_variable_and_both_shapes) {
+    const auto mlp = [](std::vector<std::size_t> units) {
+        models::Sequential m;
+        m.add(models::Flatten());
+        for (std::size_t u : units) m.add(models::Dense(u, "relu"));
+        m.build(Shape{28, 28}, 1);
+        return m;
+    };
+    optim::SGD sgd; // no slots: the checkpoint holds little more than the masters
+    const models::Sequential small = mlp({32, 10}), large = mlp({64, 10}), deeper = mlp({32, 10, 10});
+    const auto bytes_of = [&](const models::Sequential& m) {
+        return models::checkpoint_bytes(m.variables(), "float32", sgd);
+    };
+    const auto refused = [&](const models::Sequential& from, const models::Sequential& into,
+                             std::initializer_list<const char*> parts) {
+        const std::vector<Variable> vars = into.variables();
+        std::vector<std::vector<float>> before;
+        for (const Variable& v : vars) before.push_back(v.value().to_floats());
+        optim::SGD opt;
+        const bool ok = throws_with<checkpoint_error>(
+            [&] { models::load_checkpoint_bytes(bytes_of(from), vars, "float32", opt); }, parts);
+        for (std::size_t i = 0; i < vars.size(); ++i) BOOST_TEST((vars[i].value().to_floats() == before[i]));
+        return ok;
+    };
+    BOOST_TEST(bytes_of(small).size() < large.count_params() * sizeof(float));
+    BOOST_TEST(refused(small, large,
+                       {"variable 0 'dense/kernel' has shape (784, 32) in the checkpoint, (784, 64) in the model"}));
+    BOOST_TEST(refused(large, small,
+                       {"variable 0 'dense/kernel' has shape (784, 64) in the checkpoint, (784, 32) in the model"}));
+    BOOST_TEST(refused(small, deeper,
+                       {"the checkpoint holds 4 variables, the model has 6",
+                        "variable 4 of the model, 'dense_2/kernel' (10, 10), is not in the checkpoint"}));
+    BOOST_TEST(refused(deeper, small,
+                       {"the checkpoint holds 6 variables, the model has 4",
+                        "variable 4, 'dense_2/kernel' (10, 10), is not in the model"}));
+    BOOST_TEST(refused(deeper, large,
+                       {"variable 0 'dense/kernel' has shape (784, 32) in the checkpoint, (784, 64) in the "
+                        "model (the checkpoint holds 6 variables, the model has 4)"}));
+    models::Sequential renamed;
+    renamed.add(models::Flatten());
+    renamed.add(models::Dense(64, "relu"));
+    renamed.add(models::Dense(10));
+    renamed.layers()[1]->set_name("hidden");
+    renamed.build(Shape{28, 28}, 1);
+    BOOST_TEST(refused(small, renamed,
+                       {"variable 0 is 'dense/kernel' (784, 32) in the checkpoint, 'hidden/kernel' "
+                        "(784, 64) in the model"}));
+    optim::SGD opt; // the policy is compared after the variables
+    BOOST_TEST(throws_with<checkpoint_error>(
+        [&] { models::load_checkpoint_bytes(bytes_of(small), large.variables(), "mixed_float16", opt); },
+        {"(784, 32) in the checkpoint, (784, 64) in the model"}));
+}
+
+// The weights files the same way: the first variable that differs, by name, with both shapes and both counts.
+BOOST_AUTO_TEST_CASE(weights_of_another_size_name_the_variable_and_both_shapes) {
+    ScratchDir dir("checkpoint");
+    const auto variables = [](std::vector<std::pair<const char*, Shape>> specs) {
+        std::vector<Variable> vars;
+        for (const auto& [name, shape] : specs) vars.emplace_back(Tensor::full(shape, 0.5f), name);
+        return vars;
+    };
+    const std::vector<Variable> small = variables({{"dense/kernel", Shape{784, 32}}, {"dense/bias", Shape{32}}});
+    const std::vector<Variable> large =
+        variables({{"dense/kernel", Shape{784, 64}}, {"dense/bias", Shape{64}}, {"dense_1/kernel", Shape{64, 10}}});
+    for (const char* name : {"small.safetensors", "small.npz"}) {
+        const fs::path file = dir.path / name;
+        models::save_weights(file, small);
+        const auto refused = [&](std::initializer_list<const char*> parts) {
+            try {
+                models::load_weights(file, large);
+            } catch (const std::runtime_error& e) {
+                const std::string what = e.what();
+                bool all = true;
+                for (const char* p : parts) all = all && what.find(p) != std::string::npos;
+                BOOST_TEST(all, what);
+                return all;
+            }
+            return false;
+        };
+        BOOST_TEST(refused({"variable 'dense/kernel' has shape (784, 64), the file's tensor (784, 32)",
+                            "the file holds 2 tensors, the model has 3 variables"}),
+                   name);
+        BOOST_TEST(large[0].value().flat(0) == 0.5f);
+    }
 }
 
 // ---- atomic writes ----

@@ -564,7 +564,7 @@ BOOST_AUTO_TEST_CASE(mixed_float16_computes_in_float16_with_float32_masters) {
             BOOST_TEST(v.read().dtype() == compute);
         }
         GradientTape tape;
-        const Tensor y = model(x); // a float32 batch, cast by the first layer
+        const Tensor y = model(x);               // a float32 batch, cast by the first layer
         BOOST_TEST(y.dtype() == compute);
         const std::vector<Tensor> g = tape.gradient(y, model.trainable_variables());
         for (const Tensor& gi : g) BOOST_TEST(gi.dtype() == compute);
@@ -747,6 +747,84 @@ BOOST_AUTO_TEST_CASE(wrong_input_shapes_name_both_shapes) {
     BOOST_TEST((throws_with<std::invalid_argument>([] { Dense(0); }, {"units"})));
 }
 
+// An input without the batch axis: the message says which rank and shape a batch has and what was given,
+// and never names one shape as both the expected and the received one.
+BOOST_AUTO_TEST_CASE(an_input_without_the_batch_axis_is_told_to_add_it) {
+    Sequential model{Flatten(), Dense(10)};
+    model.build(Shape{28, 28});
+    BOOST_TEST(model(Tensor(Shape{1, 28, 28})).shape() == (Shape{1, 10}));
+    BOOST_TEST(model(Tensor(Shape{2, 28, 28})).shape() == (Shape{2, 10}));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            model(Tensor(Shape{28, 28}));
+        },
+        {"layer 'flatten' (Flatten) expects a batch of examples of shape (28, 28), i.e. a tensor of rank 3 (batch, "
+         "28, 28); got a tensor of shape (28, 28) (rank 2): add the batch axis",
+         "(1, 28, 28)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            model(Tensor(Shape{2, 784}));
+        },
+        {"shape (28, 28)", "rank 3", "got a tensor of shape (2, 784) (rank 2)"})));
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            model(Tensor(Shape{2, 28, 27}));
+        },
+        {"(2, 28, 27) (rank 3), whose examples have shape (28, 27)"})));
+
+    Sequential channels{Flatten(), Dense(10)}; // images with their channel axis, as the zoo's models
+    channels.build(Shape{1, 28, 28});
+    BOOST_TEST((throws_with<shape_error>(
+        [&] {
+            channels(Tensor(Shape{1, 28, 28}));
+        },
+        {"of shape (1, 28, 28), i.e. a tensor of rank 4 (batch, 1, 28, 28)",
+         "got a tensor of shape (1, 28, 28) (rank 3): add the batch axis"})));
+    // Every layer checks its input in the same place, named or not, after the first one too.
+    Dense unnamed(3);
+    build(unnamed, Shape{4});
+    BOOST_TEST((throws_with<shape_error>(
+        [&] { unnamed(Tensor(Shape{4})); },
+        {"Dense layer expects a batch of examples of shape (4)", "(batch, 4)", "add the batch axis"})));
+    Sequential deeper{Dense(8), Dense(2)};
+    deeper.build(Shape{4});
+    Tensor h = Tensor(Shape{3, 8});
+    BOOST_TEST((throws_with<shape_error>([&] { (*deeper.layers()[1])(Tensor(Shape{8})); },
+                                         {"layer 'dense_1' (Dense)", "rank 2 (batch, 8)", "(8) (rank 1)"})));
+    BOOST_TEST((*deeper.layers()[1])(h).shape() == (Shape{3, 2}));
+}
+
+// Dense(units, "softmax"): probabilities over the last axis (the units), with their gradients.
+BOOST_AUTO_TEST_CASE(dense_with_softmax_and_sigmoid) {
+    Dense linear(5), soft(5, "softmax"), sig(5, "sigmoid");
+    for (Dense* d : {&linear, &soft, &sig}) build(*d, Shape{2, 4}, 7); // the same weights in all three
+    const Tensor x = random(Shape{3, 2, 4}, 0.1f, 2.0f, 31);
+    const std::vector<float> z = linear(x).to_floats(), p = soft(x).to_floats(), s = sig(x).to_floats();
+    BOOST_TEST(soft(x).shape() == (Shape{3, 2, 5}));
+    std::vector<float> expected_p, expected_s;
+    for (std::size_t row = 0; row < 6; ++row) {
+        double top = -INFINITY, total = 0;
+        for (std::size_t j = 0; j < 5; ++j) top = std::max(top, double(z[row * 5 + j]));
+        for (std::size_t j = 0; j < 5; ++j) total += std::exp(z[row * 5 + j] - top);
+        for (std::size_t j = 0; j < 5; ++j) expected_p.push_back(float(std::exp(z[row * 5 + j] - top) / total));
+    }
+    for (float v : z) expected_s.push_back(float(1 / (1 + std::exp(-double(v)))));
+    check_close(soft(x), expected_p, 1e-6f, "Dense softmax");
+    check_close(sig(x), expected_s, 1e-6f, "Dense sigmoid");
+    BOOST_TEST(soft.config() == "units=5, activation=softmax");
+
+    soft.variables()[1].assign(random(Shape{5}, 0.1f, 0.5f, 32));
+    check_layer_gradients("Dense softmax", soft, random(Shape{3, 2, 4}, 0.1f, 1.0f, 33));
+    check_layer_gradients("Dense sigmoid", sig, random(Shape{3, 2, 4}, 0.1f, 1.0f, 34));
+    Activation act("softmax");
+    build(act, Shape{6});
+    check_layer_gradients("Activation softmax", act, random(Shape{2, 6}, 0.1f, 2.0f, 35));
+
+    BOOST_TEST((throws_with<std::invalid_argument>(
+        [] { Dense(10, "softmax2"); }, {"unknown activation 'softmax2'", "\"linear\" (identity)", "\"relu\"",
+                                        "\"gelu\"", "\"tanh\"", "\"sigmoid\"", "\"softmax\""})));
+}
+
 BOOST_AUTO_TEST_CASE(model_lookup) {
     std::vector<std::string> names;
     for (std::string_view n : model_names()) names.emplace_back(n);
@@ -780,6 +858,11 @@ BOOST_AUTO_TEST_CASE(tensor_dataset_gathers_rows) {
     BOOST_TEST(batch.shape() == (Shape{0, 2, 3}));
     BOOST_TEST(labels.empty());
 
-    BOOST_TEST((throws_with<std::invalid_argument>([&] { TensorDataset(x, {1, 2}); }, {"5 examples", "2 labels"})));
-    BOOST_TEST((throws_with<std::invalid_argument>([] { TensorDataset(Tensor(), {}); }, {"()"})));
+    using labels_t = std::vector<std::int32_t>;
+    BOOST_TEST((throws_with<std::invalid_argument>(
+        [&] {
+            TensorDataset(x, labels_t{1, 2});
+        },
+        {"5 examples", "2 labels"})));
+    BOOST_TEST((throws_with<std::invalid_argument>([] { TensorDataset(Tensor(), labels_t{}); }, {"()"})));
 }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <istream>
 #include <ostream>
 #include <streambuf>
@@ -190,8 +191,10 @@ std::uint32_t check_frame(std::span<const std::uint8_t> bytes) {
     return version;
 }
 
-/// Parses a framed checkpoint (after check_frame); only the header when `header_only`.
-Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool header_only) {
+/// Parses a framed checkpoint (after check_frame); only the header when `header_only`. `check_header`, if
+/// given, sees the header before anything after it is read.
+Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool header_only,
+            const std::function<void(const CheckpointInfo&)>& check_header = {}) {
     MemorySource source(bytes.subspan(prefix_bytes, bytes.size() - prefix_bytes - crc_bytes));
     std::istream stream(&source);
     Body body;
@@ -202,6 +205,7 @@ Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool hea
             fail("the header says format version " + std::to_string(body.info.format_version) + ", the file " +
                  std::to_string(version));
         if (header_only) return body;
+        if (check_header) check_header(body.info);
         for (const VariableInfo& v : body.info.variables) {
             std::vector<float> values;
             serialization::load_floats(ar, "values", "values of variable " + in_quotes(v.name), values,
@@ -232,29 +236,39 @@ Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool hea
     return body;
 }
 
+std::string described(const VariableInfo& v) { return in_quotes(v.name) + " " + v.shape.to_string(); }
+std::string described(const Variable& v) { return in_quotes(v.name()) + " " + v.shape().to_string(); }
+
 /// Throws checkpoint_error unless the checkpoint was written for these variables under this policy.
 void check_model(const CheckpointInfo& info, const std::vector<Variable>& variables, std::string_view policy) {
-    if (info.policy != policy)
-        fail("the checkpoint was saved under policy " + in_quotes(info.policy) + ", the model uses " +
-             in_quotes(policy));
-    // Names and shapes first, pairwise, so that a different model is named by its first different variable.
-    for (std::size_t i = 0; i < std::min(variables.size(), info.variables.size()); ++i) {
+    // Pairwise, so that a different model is named by its first different variable, with both shapes.
+    const std::size_t common = std::min(variables.size(), info.variables.size());
+    const std::string counts = "the checkpoint holds " + std::to_string(info.variables.size()) +
+                               " variables, the model has " + std::to_string(variables.size());
+    const std::string count_note = info.variables.size() == variables.size() ? "" : " (" + counts + ")";
+    for (std::size_t i = 0; i < common; ++i) {
         const VariableInfo& saved = info.variables[i];
         const Variable& v = variables[i];
         const std::string where = "variable " + std::to_string(i) + " ";
         if (saved.name != v.name())
-            fail(where + "is " + in_quotes(saved.name) + " in the checkpoint, " + in_quotes(v.name()) +
-                 " in the model");
+            fail(where + "is " + described(saved) + " in the checkpoint, " + described(v) + " in the model" +
+                 count_note + ": is it a checkpoint of another model?");
         if (saved.shape != v.shape())
             fail(where + in_quotes(v.name()) + " has shape " + saved.shape.to_string() + " in the checkpoint, " +
-                 v.shape().to_string() + " in the model");
+                 v.shape().to_string() + " in the model" + count_note);
         if (saved.trainable != v.trainable())
             fail(where + in_quotes(v.name()) + " is " + (saved.trainable ? "trainable" : "not trainable") +
                  " in the checkpoint, " + (v.trainable() ? "trainable" : "not trainable") + " in the model");
     }
-    if (info.variables.size() != variables.size())
-        fail("the checkpoint holds " + std::to_string(info.variables.size()) + " variables, the model has " +
-             std::to_string(variables.size()) + (variables.empty() ? " (is it built?)" : ""));
+    if (info.variables.size() > common)
+        fail(counts + ": variable " + std::to_string(common) + ", " + described(info.variables[common]) +
+             ", is not in the model" + (variables.empty() ? " (is it built?)" : ""));
+    if (variables.size() > common)
+        fail(counts + ": variable " + std::to_string(common) + " of the model, " + described(variables[common]) +
+             ", is not in the checkpoint");
+    if (info.policy != policy)
+        fail("the checkpoint was saved under policy " + in_quotes(info.policy) + ", the model uses " +
+             in_quotes(policy));
 }
 
 std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
@@ -266,13 +280,10 @@ std::string at(const std::filesystem::path& path) { return "checkpoint " + in_qu
 void load_from(std::span<const std::uint8_t> bytes, const std::vector<Variable>& variables, std::string_view policy,
                optim::Optimizer& optimizer, TrainingState* state) {
     const std::uint32_t version = check_frame(bytes);
-    std::uint64_t needed = 0;
-    for (const Variable& v : variables) needed += v.value().size() * sizeof(float);
-    if (bytes.size() < needed + prefix_bytes + crc_bytes)
-        fail(std::to_string(bytes.size()) + " bytes cannot hold the model's " + std::to_string(needed / sizeof(float)) +
-             " float32 values");
-    const Body body = decode(bytes, version, false);
-    check_model(body.info, variables, policy);
+    // The header is compared with the model before any value is read: a checkpoint of another model is
+    // named by its first different variable, never by a size that follows from it.
+    const Body body =
+        decode(bytes, version, false, [&](const CheckpointInfo& info) { check_model(info, variables, policy); });
     if (state && !body.state) fail("the checkpoint holds no training state");
     // Everything matched: now change things, the optimizer first (it checks before it changes anything, and
     // nothing after it can fail).

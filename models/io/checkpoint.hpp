@@ -24,9 +24,11 @@
 /// the new one, never a mix. Two saves to the same path must not run at the same time.
 ///
 /// Loading checks before it allocates or changes anything: the file's size (at most max_checkpoint_bytes),
-/// magic, version and checksum first, then every count and size against the bytes that are left, then
-/// the contents against the model and optimizer given. The model, optimizer and state are changed only
-/// once all of it has passed; any problem is a checkpoint_error saying what is wrong.
+/// magic, version and checksum first, then the header (every count and size in it against the bytes that
+/// are left) and its variables and policy against the model given, then the rest of the body (every count
+/// and size against the bytes that are left), then the optimizer and training state against those given.
+/// The model, optimizer and state are changed only once all of it has passed; any problem is a
+/// checkpoint_error saying what is wrong.
 
 #include <mixprec/models/io/training_state.hpp>
 
@@ -108,7 +110,10 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<autodi
 /// Restores `variables`, `optimizer` and, if given, `state` from the checkpoint at `path`. The checkpoint
 /// must have been written for the same variables (names, shapes and trainable flags, in order), under the
 /// same policy, for an optimizer of the same kind, and must hold a training state if `state` is given;
-/// otherwise checkpoint_error says what differs (the variable, both shapes; both kinds; both policies).
+/// otherwise checkpoint_error says what differs: the first variable that differs, by position, with its
+/// name and shape on both sides (and both variable counts when they differ, naming the first variable
+/// that only one side has); both policies; both optimizer kinds. The variables are compared with the
+/// header before any value is read, so a checkpoint of another model is never refused for its size.
 /// Also checkpoint_error for a file that is missing, unreadable, larger than max_checkpoint_bytes, of a
 /// newer format version, damaged (checksum) or malformed. On any error nothing is changed (see
 /// Optimizer::load_state for the one exception: an unbuilt optimizer may be left built with zero slots).

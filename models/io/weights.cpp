@@ -6,11 +6,15 @@
 #include <mixprec/version.hpp>
 
 #include <set>
+#include <string>
 
 namespace mixprec::models {
 namespace {
 
 bool is_npz(const std::filesystem::path& path) { return path.extension() == ".npz"; }
+
+/// "1 tensor", "3 tensors".
+std::string count(std::size_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 /// Throws the error of the file's format: npy_error for .npz, safetensors_error otherwise.
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& message) {
@@ -54,22 +58,29 @@ void save_weights(const std::filesystem::path& path, const std::vector<autodiff:
 void load_weights(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                   const LoadWeightsOptions& options) {
     const std::vector<NamedTensor> tensors = read_tensors(path);
+    const std::string counts = tensors.size() == variables.size()
+                                   ? ""
+                                   : " (the file holds " + count(tensors.size(), "tensor") + ", the model has " +
+                                         count(variables.size(), "variable") + ")";
     std::vector<const autodiff::Tensor*> sources;
     std::set<std::string> wanted;
     for (const autodiff::Variable& v : variables) {
         const autodiff::Tensor* t = find_tensor(tensors, v.name());
-        if (!t) fail(path, "the file has no tensor '" + v.name() + "' for variable '" + v.name() + "'");
+        if (!t)
+            fail(path, "the file has no tensor '" + v.name() + "' for variable '" + v.name() + "' of shape " +
+                           v.shape().to_string() + counts);
         if (t->shape() != v.shape())
             fail(path, "variable '" + v.name() + "' has shape " + v.shape().to_string() + ", the file's tensor " +
-                           t->shape().to_string());
+                           t->shape().to_string() + counts);
         if (!wanted.insert(v.name()).second) fail(path, "two variables are called '" + v.name() + "'");
         sources.push_back(t);
     }
     if (!options.ignore_extra)
         for (const NamedTensor& t : tensors)
             if (!wanted.contains(t.name))
-                fail(path, "the file's tensor '" + t.name + "' belongs to no variable" +
-                               (variables.empty() ? " (the model has none: is it built?)"
+                fail(path, "the file's tensor '" + t.name + "' belongs to no variable; it has shape " +
+                               t.tensor.shape().to_string() + counts +
+                               (variables.empty() ? ": is it built?"
                                                   : " (LoadWeightsOptions::ignore_extra skips such tensors)"));
     for (std::size_t i = 0; i < variables.size(); ++i) {
         autodiff::Variable v = variables[i];

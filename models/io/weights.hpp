@@ -46,9 +46,10 @@ struct LoadWeightsOptions {
 /// Sets the master of each of `variables` to the file's tensor of the same name, widened exactly to
 /// float32 whatever its dtype (an .npz's float64 or integer arrays: rounded once); working copies follow
 /// on their next read. Checks everything first and changes nothing on failure: safetensors_error
-/// (npy_error for an .npz) naming the variable that is missing from the file, the variable and both
-/// shapes when they differ, the tensors no variable is named after (unless ignore_extra), or what is
-/// wrong with the file.
+/// (npy_error for an .npz) naming the first variable (in the order given) that is missing from the file
+/// (with its shape) or whose shape differs (with both shapes), then a tensor no variable is named after
+/// (unless ignore_extra; with its shape), adding both counts when the file's tensors and the variables are
+/// not as many; or what is wrong with the file.
 void load_weights(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                   const LoadWeightsOptions& options = {});
 

@@ -3,6 +3,7 @@
 
 #include <mixprec/models/layers/attention.hpp>
 
+#include <mixprec/models/layers/detail/checks.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
@@ -32,12 +33,8 @@ std::string MultiHeadSelfAttention::config() const {
 std::vector<Variable> MultiHeadSelfAttention::variables() const { return variables_; }
 
 Shape MultiHeadSelfAttention::do_build(const Shape& input_shape, Rng& init_rng) {
-    std::string where = "layer '";
-    where += name();
-    where += "' (MultiHeadSelfAttention)";
-    if (input_shape.rank() != 2 || input_shape.elements() == 0)
-        throw ad::shape_error(where + " expects examples of shape (tokens, width) with both ≥ 1, got " +
-                              input_shape.to_string());
+    detail::require_tokens(*this, input_shape);
+    const std::string where = describe_layer(*this);
     const std::size_t width = input_shape[1];
     if (key_dim_ == 0 && width % heads_ != 0)
         throw ad::shape_error(where + ": width " + std::to_string(width) + " of examples " + input_shape.to_string() +

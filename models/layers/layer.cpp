@@ -1,5 +1,7 @@
 #include <mixprec/models/layers/layer.hpp>
 
+#include <mixprec/models/layers/detail/checks.hpp>
+
 #include <mixprec/autodiff/ops_elementwise.hpp>
 
 #include <stdexcept>
@@ -38,16 +40,7 @@ Shape Layer::build(const Shape& input_shape, Rng& init_rng) {
 
 Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
     if (!built_) throw std::logic_error("layer '" + name_ + "' is called before it is built");
-    const Shape& s = x.shape();
-    bool fits = s.rank() == input_shape_.rank() + 1;
-    for (std::size_t i = 0; fits && i < input_shape_.rank(); ++i) fits = s[i + 1] == input_shape_[i];
-    if (!fits) {
-        std::string message = "layer '";
-        message += name_;
-        message += "' (" + kind() + ") expects batches of examples of shape " + input_shape_.to_string();
-        message += ", got a tensor of shape " + s.to_string();
-        throw autodiff::shape_error(message);
-    }
+    detail::check_batch(*this, input_shape_, x.shape());
     const autodiff::Dtype compute = policy().compute_dtype();
     if (keeps_input_dtype() || x.dtype() == compute) return forward(x, context);
     return forward(autodiff::cast(x, compute), context);

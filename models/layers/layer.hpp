@@ -59,8 +59,10 @@ class Layer {
     const Shape& input_shape() const { return input_shape_; }
     const Shape& output_shape() const { return output_shape_; }
 
-    /// Forward pass on a batch (batch axis first): casts a floating input to the compute dtype, checks
-    /// the per-example shape against the built one (shape_error naming both), then calls forward().
+    /// Forward pass on a batch (batch axis first): checks that x is a batch of examples of the built shape
+    /// (shape_error naming the layer, the example shape, the rank and shape a batch of them has, and x's
+    /// shape and rank; "add the batch axis" when x is one example without it), casts a floating input to
+    /// the compute dtype, then calls forward().
     Tensor operator()(const Tensor& x, const CallContext& context = {});
 
     /// Every variable of the layer (trainable or not) in a fixed order, named "<layer>/<variable>".

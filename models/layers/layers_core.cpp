@@ -8,6 +8,7 @@
 #include <mixprec/autodiff/ops_matmul.hpp>
 #include <mixprec/autodiff/ops_nn.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
+#include <mixprec/autodiff/ops_softmax.hpp>
 
 #include <array>
 #include <cmath>
@@ -18,28 +19,44 @@
 namespace mixprec::models {
 namespace {
 
-constexpr std::array<std::string_view, 6> activation_names{"", "linear", "relu", "gelu", "tanh", "sigmoid"};
+using Activate = Tensor (*)(const Tensor&);
 
-} // namespace
+Tensor identity(const Tensor& x) { return x; }
+Tensor softmax_last(const Tensor& x) { return autodiff::softmax(x, -1); }
 
-void check_activation(std::string_view name) {
-    for (std::string_view valid : activation_names)
-        if (name == valid) return;
+struct NamedActivation {
+    std::string_view name;
+    Activate apply;
+};
+
+/// Every activation by name; the message for an unknown name lists them in this order.
+constexpr std::array<NamedActivation, 7> activations{{{"", identity},
+                                                      {"linear", identity},
+                                                      {"relu", autodiff::relu},
+                                                      {"gelu", autodiff::gelu},
+                                                      {"tanh", autodiff::tanh},
+                                                      {"sigmoid", autodiff::sigmoid},
+                                                      {"softmax", softmax_last}}};
+
+Activate find_activation(std::string_view name) {
+    for (const NamedActivation& a : activations)
+        if (a.name == name) return a.apply;
     std::string message = "unknown activation '";
     message += name;
-    message += "': valid names are \"\" and \"linear\" (identity), \"relu\", \"gelu\", \"tanh\", \"sigmoid\"";
+    message += "': valid names are \"\" and \"linear\" (identity)";
+    for (std::size_t i = 2; i < activations.size(); ++i) {
+        message += ", \"";
+        message += activations[i].name;
+        message += "\"";
+    }
     throw std::invalid_argument(message);
 }
 
-Tensor apply_activation(const Tensor& x, std::string_view name) {
-    if (name.empty() || name == "linear") return x;
-    if (name == "relu") return autodiff::relu(x);
-    if (name == "gelu") return autodiff::gelu(x);
-    if (name == "tanh") return autodiff::tanh(x);
-    if (name == "sigmoid") return autodiff::sigmoid(x);
-    check_activation(name); // throws
-    return x;
-}
+} // namespace
+
+void check_activation(std::string_view name) { find_activation(name); }
+
+Tensor apply_activation(const Tensor& x, std::string_view name) { return find_activation(name)(x); }
 
 std::string describe_layer(const Layer& layer) {
     if (layer.name().empty()) return layer.kind() + " layer";

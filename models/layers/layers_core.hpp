@@ -2,8 +2,11 @@
 /// The core layers, as Keras's: Dense, Flatten, Activation and Dropout, and the activation functions
 /// that Dense and Conv2D apply by name.
 ///
-/// Activation names: "" or "linear" (identity), "relu", "gelu", "tanh", "sigmoid". "gelu" is the tanh
-/// approximation (Keras's gelu with approximate=True; Keras defaults to the erf form).
+/// Activation names: "" or "linear" (identity), "relu", "gelu", "tanh", "sigmoid", "softmax". "gelu" is the
+/// tanh approximation (Keras's gelu with approximate=True; Keras defaults to the erf form). "softmax" is
+/// autodiff::softmax over the last axis, as Keras's: a Dense output's units (so Dense(10, "softmax") gives
+/// probabilities, to pair with a loss on probabilities rather than logits), but for a Conv2D's
+/// (filters, H, W) output the width W, not the filters.
 
 #include <mixprec/models/layers/layer.hpp>
 
