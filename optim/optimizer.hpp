@@ -83,8 +83,9 @@ class Optimizer {
     /// Global L2 norm of the last step's unscaled gradients, before clipping (here: NaN, not measured).
     virtual double last_gradient_norm() const { return std::numeric_limits<double>::quiet_NaN(); }
 
-    /// Everything this optimizer keeps, detached from it: kind, iterations, slots and, for an optimizer
-    /// that keeps more (amp::LossScaleOptimizer), its named values. What checkpoints save.
+    /// Everything this optimizer keeps, detached from it: kind, iterations, slots and named values (a
+    /// constant learning rate as "learning_rate"; an amp::LossScaleOptimizer adds its scale, counters and
+    /// options). What checkpoints save.
     virtual OptimizerState state() const;
 
     /// Puts `state` (from state() of an optimizer of the same kind) back, for `variables` (those the
@@ -94,8 +95,10 @@ class Optimizer {
     /// that is not built yet is built first; if its slots then differ from the state's (the same kind
     /// with other options: SGD with and without momentum), the load fails and leaves it built with zero
     /// slots and its old iteration count, which behaves exactly as the unbuilt one. A state saved before
-    /// the first step leaves a built optimizer with zero slots. std::invalid_argument naming both sides
-    /// of any mismatch.
+    /// the first step leaves a built optimizer with zero slots. A learning rate in the state replaces this
+    /// optimizer's constant rate (refused when this optimizer follows a schedule); a state without one
+    /// (saved under a schedule, or by mixprec before 0.3) leaves the rate as it is. std::invalid_argument
+    /// naming both sides of any mismatch.
     virtual void load_state(const OptimizerState& state, const std::vector<Variable>& variables);
 
     /// One slot of one variable, read-only (tests, checkpoints). Empty before the first step.

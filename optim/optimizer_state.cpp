@@ -3,6 +3,7 @@
 #include <mixprec/optim/optimizer.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 #include <utility>
@@ -47,9 +48,18 @@ void check(const Optimizer& optimizer, const OptimizerState& state, const std::v
     if (state.kind != optimizer.kind())
         fail("the state is of optimizer " + quoted(state.kind) + ", this optimizer is " + quoted(optimizer.kind()));
     if (state.iterations < 0) fail("negative iteration count " + std::to_string(state.iterations));
-    if (!state.values.empty())
-        fail("the state holds value " + quoted(state.values.front().name) + ", which optimizer " +
-             quoted(optimizer.kind()) + " does not keep");
+    for (const StateValue& v : state.values) {
+        if (v.name != learning_rate_value)
+            fail("the state holds value " + quoted(v.name) + ", which optimizer " + quoted(optimizer.kind()) +
+                 " does not keep");
+        const double* lr = std::get_if<double>(&v.value);
+        if (!lr || !std::isfinite(*lr) || *lr < 0 || double(float(*lr)) != *lr)
+            fail("the learning rate in the state is not a float32 value ≥ 0");
+        if (optimizer.learning_rate().schedule())
+            fail("the state holds a constant learning rate, this optimizer follows the schedule " +
+                 quoted(optimizer.learning_rate().schedule()->name()));
+    }
+    if (state.values.size() > 1) fail("the state holds the learning rate twice");
     if (!state.built && !state.slots.empty()) fail("an optimizer that was never built cannot have slots");
     std::map<SlotKey, bool> seen;
     for (const SlotState& slot : state.slots) {
@@ -73,6 +83,7 @@ OptimizerState Optimizer::state() const {
     s.built = built();
     for (const Slot& slot : slots())
         s.slots.push_back({slot.name, slot.variable, std::vector<float>(slot.values.begin(), slot.values.end())});
+    if (!learning_rate().schedule()) s.values.push_back({learning_rate_value, double(learning_rate().at(0))});
     return s;
 }
 
@@ -107,6 +118,7 @@ void Optimizer::load_state(const OptimizerState& state, const std::vector<Variab
         }
     }
     set_iterations(state.iterations);
+    for (const StateValue& v : state.values) set_learning_rate(float(std::get<double>(v.value)));
 }
 
 } // namespace mixprec::optim

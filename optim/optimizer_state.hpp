@@ -3,7 +3,9 @@
 /// Optimizer::load_state() puts back and checkpoints store, whatever the optimizer is.
 ///
 /// Besides the slots (one float32 array per slot and variable) and the applied-step count, an optimizer
-/// may keep named numbers of its own, as Keras's optimizers keep non-slot variables: an
+/// may keep named numbers of its own, as Keras's optimizers keep non-slot variables: a constant learning
+/// rate is kept as "learning_rate" (so a rate a callback lowered, as ReduceLROnPlateau does, survives a
+/// checkpoint; a schedule is a function of the step count and is not saved), and an
 /// amp::LossScaleOptimizer keeps its scale, counters and loss-scaling options as "loss_scale/…" values.
 /// Integers and reals stay apart so that every value survives a round trip exactly (a float32 is held
 /// as the double of the same value).
@@ -14,6 +16,9 @@
 #include <vector>
 
 namespace mixprec::optim {
+
+/// The name of the constant learning rate among an optimizer's values.
+inline constexpr const char* learning_rate_value = "learning_rate";
 
 /// One named number of an optimizer's state.
 struct StateValue {

@@ -317,7 +317,8 @@ BOOST_AUTO_TEST_CASE(state_round_trips_and_the_step_after_is_bit_identical) {
     BOOST_TEST(saved.iterations == 2);
     BOOST_TEST(saved.built);
     BOOST_TEST(saved.slots.size() == 2u); // the momentum of a and of b
-    BOOST_TEST(saved.values.empty());
+    BOOST_TEST_REQUIRE(saved.values.size() == 1u);
+    BOOST_TEST((saved.values[0] == StateValue{"learning_rate", double(0.05f)}));
 
     auto copy_vars = make_variables();
     for (std::size_t i = 0; i < 2; ++i) copy_vars[i].assign(vars[i].value());
@@ -334,6 +335,28 @@ BOOST_AUTO_TEST_CASE(state_round_trips_and_the_step_after_is_bit_identical) {
     BOOST_TEST(restored.iterations() == 0);
     for (const auto& slot : restored.slots())
         for (float x : slot.values) BOOST_TEST(x == 0.0f);
+}
+
+// A constant learning rate is part of the state (a callback may have lowered it); a schedule is not.
+BOOST_AUTO_TEST_CASE(state_carries_a_constant_learning_rate) {
+    auto vars = make_variables();
+    Adam lowered({.learning_rate = 1e-3f});
+    lowered.apply(step_gradients(0), vars);
+    lowered.set_learning_rate(2.5e-4f); // as ReduceLROnPlateau does
+    Adam restored({.learning_rate = 1e-3f});
+    restored.load_state(lowered.state(), vars);
+    BOOST_TEST(restored.current_learning_rate() == 2.5e-4f);
+    // A state without a rate (a schedule's, or an older checkpoint's) leaves the rate alone.
+    OptimizerState no_rate = lowered.state();
+    no_rate.values.clear();
+    Adam kept({.learning_rate = 1e-3f});
+    kept.load_state(no_rate, vars);
+    BOOST_TEST(kept.current_learning_rate() == 1e-3f);
+    Adam scheduled({.learning_rate = std::make_shared<ExponentialDecay>(ExponentialDecay::Options{.initial = 1e-3f})});
+    BOOST_TEST(scheduled.state().values.empty());
+    const std::string message = message_of([&] { scheduled.load_state(lowered.state(), vars); });
+    BOOST_TEST(contains(message, "constant learning rate, this optimizer follows the schedule 'exponential_decay'"),
+               message);
 }
 
 BOOST_AUTO_TEST_CASE(load_state_checks_before_it_changes_anything) {
@@ -356,6 +379,18 @@ BOOST_AUTO_TEST_CASE(load_state_checks_before_it_changes_anything) {
     s = before;
     s.values.push_back({"loss_scale/scale", 8.0});
     BOOST_TEST(refused(s, "value 'loss_scale/scale', which optimizer 'adam' does not keep"));
+    s = before;
+    s.values[0].value = -1.0;
+    BOOST_TEST(refused(s, "learning rate in the state is not a float32 value ≥ 0"));
+    s = before;
+    s.values[0].value = 0.1; // not a float32
+    BOOST_TEST(refused(s, "learning rate in the state is not a float32"));
+    s = before;
+    s.values[0].value = std::int64_t{1};
+    BOOST_TEST(refused(s, "learning rate in the state is not a float32"));
+    s = before;
+    s.values.push_back(s.values[0]);
+    BOOST_TEST(refused(s, "the learning rate twice"));
     s = before;
     s.iterations = -1;
     BOOST_TEST(refused(s, "negative iteration count -1"));
