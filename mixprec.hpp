@@ -59,8 +59,11 @@
 #include <mixprec/models/training/array_files.hpp>
 #include <mixprec/models/training/callback.hpp>
 #include <mixprec/models/training/callbacks.hpp>
+#include <mixprec/models/training/csv_logger.hpp>
 #include <mixprec/models/training/fit.hpp>
+#include <mixprec/models/training/learning_rate_scheduler.hpp>
 #include <mixprec/models/training/model_checkpoint.hpp>
+#include <mixprec/models/training/monitor.hpp>
 #include <mixprec/models/training/sequential.hpp>
 #include <mixprec/models/training/share_cores.hpp>
 #include <mixprec/models/training/zoo.hpp>

@@ -14,9 +14,12 @@
 /// optimizer's slots, its iteration count and so its learning-rate schedule — except the loss-scale
 /// state, which records the overflow. Either way the scale then moves by the rule (loss_scale.hpp).
 ///
-/// Gradient accumulation: accumulate() adds one micro-batch's (scaled) gradients into float32 sums;
-/// apply_accumulated() unscales the sums once and steps as apply() does. An inf or NaN in any
-/// micro-batch survives the sum and skips the step.
+/// Gradient accumulation, for custom loops: accumulate() adds one micro-batch's (scaled) gradients into
+/// float32 sums; apply_accumulated() unscales the sums once and steps as apply() does. An inf or NaN in
+/// any micro-batch survives the sum and skips the step. The sums are sums: for Keras's mean (what
+/// models::fit's accumulate_steps does), divide each micro-batch's loss by their number. The pending sums
+/// are not part of state(), so a checkpoint saved between accumulate() and apply_accumulated() does not
+/// hold them: save after apply_accumulated().
 
 #include <mixprec/amp/loss_scale.hpp>
 #include <mixprec/optim/optimizer.hpp>

@@ -246,12 +246,14 @@ void bm_train_step(benchmark::State& state, std::string model_name, std::string 
     std::vector<float> pixels(batch * 28 * 28);
     for (float& p : pixels) p = pixel(gen);
     const Tensor x = Tensor::from_floats(Shape{batch, 1, 28, 28}, pixels);
-    std::vector<std::int32_t> labels(batch);
-    for (std::size_t i = 0; i < batch; ++i) labels[i] = std::int32_t(gen() % 10);
+    std::vector<float> labels(batch); // class indices, as a Dataset gives them
+    for (std::size_t i = 0; i < batch; ++i) labels[i] = float(gen() % 10);
+    const Tensor y = Tensor::from_floats(Shape{batch}, labels);
+    const models::Loss loss = models::Loss::sparse_categorical_crossentropy(/*from_logits=*/true);
     autodiff::Rng dropout_rng(1);
     std::int64_t step = 0;
     const auto train = [&] {
-        return models::train_step({model, *optimizer, variables, x, labels, ++step, dropout_rng});
+        return models::train_step({model, *optimizer, variables, x, y, loss, ++step, dropout_rng});
     };
     for (int i = 0; i < 3; ++i) train(); // oneDNN primitives, scratch buffers, the heap's working set
 

@@ -24,7 +24,13 @@ target_sources(mixprec PRIVATE
   models/training/sequential.cpp
   models/training/zoo.cpp
   models/training/vit.cpp
+  models/training/losses.cpp
+  models/training/metrics.cpp
   models/training/fit.cpp
+  models/training/compile.cpp
   models/training/callbacks.cpp
+  models/training/monitor.cpp
+  models/training/csv_logger.cpp
+  models/training/learning_rate_scheduler.cpp
   models/training/model_checkpoint.cpp
   models/training/array_files.cpp)

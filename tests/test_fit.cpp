@@ -11,6 +11,8 @@
 #include <mixprec/optim/adam.hpp>
 #include <mixprec/optim/sgd.hpp>
 
+#include "op_checks.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +70,12 @@ struct PolicyGuard {
     ~PolicyGuard() { amp::set_global_policy("float32"); }
 };
 
+/// Whether Sequential::compile accepts an optimizer passed as O.
+template <class O>
+constexpr bool compiles_with = requires(models::Sequential& m, O&& o) {
+    m.compile(std::forward<O>(o));
+};
+
 std::filesystem::path temp_path(const std::string& name) {
     return std::filesystem::temp_directory_path() / ("mixprec_test_fit_" + name);
 }
@@ -96,15 +104,38 @@ BOOST_AUTO_TEST_CASE(fit_learns_blobs_and_evaluate_agrees) {
 BOOST_AUTO_TEST_CASE(compile_and_the_short_way) {
     const auto train = blobs(200, 1);
     models::Sequential model = small_model();
-    optim::Adam adam(optim::Adam::Options{.learning_rate = 1e-2f});
+    auto adam = std::make_shared<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-2f});
     BOOST_CHECK_THROW(model.fit(train, {}), std::logic_error);
-    BOOST_CHECK_THROW(model.compile(adam, "mse"), std::invalid_argument);
+    BOOST_CHECK_THROW(model.optimizer(), std::logic_error);
+    BOOST_CHECK_THROW(model.compile(adam, "mean_squared_logarithmic_error"), std::invalid_argument);
     BOOST_CHECK_THROW(model.compile(adam, "sparse_categorical_crossentropy", {"f1"}), std::invalid_argument);
+    BOOST_CHECK_THROW(model.compile(adam, "mse", {"accuracy"}), std::invalid_argument);
+    BOOST_CHECK_THROW(model.compile(nullptr), std::invalid_argument);
+    BOOST_TEST(!model.compiled());
+    // A reference to an optimizer would dangle once it went out of scope: compile does not take one.
+    static_assert(!compiles_with<optim::Adam&>);
+    static_assert(!compiles_with<optim::Adam&&>);
+    static_assert(compiles_with<std::shared_ptr<optim::Adam>>);
     model.compile(adam);
+    BOOST_TEST(&model.optimizer() == adam.get());
+    BOOST_TEST(model.loss().name() == "sparse_categorical_crossentropy");
+    BOOST_TEST(model.metrics().size() == 1u);
     model.fit(train, {.epochs = 6, .batch_size = 50});
     BOOST_TEST(model.training_state().step == 24);
-    BOOST_TEST(adam.iterations() == 24);
+    BOOST_TEST(adam->iterations() == 24);
     BOOST_TEST(model.evaluate(train).accuracy > 0.9);
+}
+
+// The model keeps its optimizer: compiling with one that then goes out of scope is fine.
+BOOST_AUTO_TEST_CASE(the_model_keeps_its_optimizer_alive) {
+    const auto train = blobs(100, 1);
+    models::Sequential model = small_model();
+    {
+        auto sgd = std::make_shared<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f});
+        model.compile(sgd);
+    }
+    model.fit(train, {.epochs = 1, .batch_size = 50});
+    BOOST_TEST(model.optimizer().iterations() == 2);
 }
 
 // An optimizer that does not scale answers the loss-scaling seams as the identity: fit, its callbacks and
@@ -159,7 +190,7 @@ BOOST_AUTO_TEST_CASE(train_step_can_be_replaced) {
     models::fit(
         model, sgd, train, state,
         {.epochs = 1, .batch_size = 100, .callbacks = {&last}, .train_step = [](const models::TrainStep& s) {
-             return models::TrainStepResult{.loss = 2.5, .logits = Tensor(Shape{s.labels.size(), 3}), .applied = false};
+             return models::TrainStepResult{.loss = 2.5, .y_pred = Tensor(Shape{s.x.shape()[0], 3}), .applied = false};
          }});
     BOOST_TEST(sgd.iterations() == 0);
     BOOST_TEST(last.logs.skipped);
@@ -244,7 +275,9 @@ BOOST_AUTO_TEST_CASE(resumed_run_matches_uninterrupted_run_bit_for_bit) {
             models::load_checkpoint(path, resumed, *opt_resumed, &state_resumed);
             BOOST_TEST(state_resumed.step == 10);
             BOOST_TEST(state_resumed.batch_in_epoch == 3);
-            models::fit(resumed, *opt_resumed, train, state_resumed, options);
+            models::FitOptions resume = options;
+            resume.initial_epoch = state_resumed.epoch; // epochs = 3 counts from the run's start, as in Keras
+            models::fit(resumed, *opt_resumed, train, state_resumed, resume);
             std::filesystem::remove(path);
 
             BOOST_TEST((state_resumed == state_straight));
@@ -376,4 +409,122 @@ BOOST_AUTO_TEST_CASE(weights_digest_sees_every_bit) {
     values[0] = std::nextafter(values[0], 1.0f);
     v.assign(Tensor::from_floats(v.shape(), values));
     BOOST_TEST(models::weights_digest(model.variables()) != before);
+}
+
+// A second fit({.epochs = 1}) trains one more epoch, as Keras's does; initial_epoch makes `epochs` count
+// from the run's start, and must be where the state is.
+BOOST_AUTO_TEST_CASE(epochs_count_from_where_the_state_is) {
+    const auto train = blobs(100, 1);
+    models::Sequential model = small_model();
+    optim::SGD sgd(optim::SGD::Options{.learning_rate = 0.1f});
+    models::TrainingState state;
+    BOOST_TEST(models::fit(model, sgd, train, state, {.epochs = 1, .batch_size = 50}).size() == 1u);
+    BOOST_TEST(models::fit(model, sgd, train, state, {.epochs = 1, .batch_size = 50}).size() == 1u);
+    BOOST_TEST(state.epoch == 2);
+    BOOST_TEST(models::fit(model, sgd, train, state, {.epochs = 3, .initial_epoch = 2, .batch_size = 50}).size() == 1u);
+    BOOST_TEST(state.epoch == 3);
+    BOOST_TEST((op_checks::throws_with<std::invalid_argument>(
+        [&] { models::fit(model, sgd, train, state, {.epochs = 5, .initial_epoch = 0, .batch_size = 50}); },
+        {"initial_epoch is 0", "epoch 3"})));
+    // An epoch left unfinished counts as the first of `epochs`.
+    models::fit(model, sgd, train, state, {.epochs = 1, .batch_size = 50, .max_steps = state.step + 1});
+    BOOST_TEST(state.batch_in_epoch == 1);
+    models::fit(model, sgd, train, state, {.epochs = 1, .batch_size = 50});
+    BOOST_TEST(state.epoch == 4);
+    BOOST_TEST(state.batch_in_epoch == 0);
+}
+
+// accumulate_steps = 2 with batches of 50 is the step of one batch of 100 (the mean of the two halves'
+// gradients), up to float32 rounding: the same examples, the same number of updates.
+BOOST_AUTO_TEST_CASE(accumulated_steps_average_their_batches) {
+    const auto train = blobs(200, 1);
+    std::vector<float> weights[2];
+    std::int64_t steps[2];
+    for (int accumulate = 0; accumulate < 2; ++accumulate) {
+        models::Sequential model = small_model();
+        optim::SGD sgd(optim::SGD::Options{.learning_rate = 0.1f});
+        models::TrainingState state;
+        models::fit(model, sgd, train, state,
+                    {.epochs = 2,
+                     .batch_size = accumulate ? 50u : 100u,
+                     .shuffle = false,
+                     .accumulate_steps = accumulate ? 2 : 1});
+        steps[accumulate] = state.step;
+        BOOST_TEST(sgd.iterations() == 4);
+        for (const auto& v : model.variables())
+            for (float w : v.value().to_floats()) weights[accumulate].push_back(w);
+    }
+    BOOST_TEST(steps[0] == steps[1]);
+    // Four SGD steps from the same weights; the gradients differ by float32 rounding of the sums (a few
+    // units of 2^-24 relative), so the weights agree far below the 1e-5 checked here.
+    for (std::size_t i = 0; i < weights[0].size(); ++i)
+        BOOST_TEST(weights[1][i] == weights[0][i], boost::test_tools::tolerance(1e-5f));
+    // 3 batches of 80 per epoch with accumulate_steps = 2: steps of 2 and 1 batches.
+    models::Sequential model = small_model();
+    optim::SGD sgd;
+    models::TrainingState state;
+    struct Sizes final : models::Callback {
+        void on_step_end(models::FitContext&, const models::StepLogs& l) override { sizes.push_back(l.batch_size); }
+        std::vector<std::size_t> sizes;
+    };
+    auto sizes = std::make_shared<Sizes>(); // held by the options
+    models::fit(model, sgd, blobs(200, 2), state,
+                {.epochs = 1, .batch_size = 80, .accumulate_steps = 2, .callbacks = {sizes}});
+    BOOST_TEST(sizes->sizes == (std::vector<std::size_t>{160, 40}), boost::test_tools::per_element());
+    BOOST_TEST(state.step == 2);
+    BOOST_CHECK_THROW(models::fit(model, sgd, blobs(10, 2), state, {.accumulate_steps = 0}), std::invalid_argument);
+    BOOST_CHECK_THROW(models::fit(model, sgd, blobs(10, 2), state,
+                                  {.accumulate_steps = 2,
+                                   .train_step = [](const models::TrainStep&) { return models::TrainStepResult{}; }}),
+                      std::invalid_argument);
+}
+
+// Resuming from a checkpoint taken between accumulated steps gives the bits of the uninterrupted run.
+BOOST_AUTO_TEST_CASE(accumulated_run_resumes_bit_for_bit) {
+    PolicyGuard policy("mixed_float16");
+    const auto train = blobs(200, 1);
+    models::FitOptions options{.epochs = 2, .batch_size = 20, .seed = 5, .accumulate_steps = 3};
+    inject_inf_at({2}, options);
+    models::Sequential straight = small_model(0.25f);
+    auto opt_straight = scaled_adam();
+    models::TrainingState state_straight;
+    models::fit(straight, *opt_straight, train, state_straight, options);
+    BOOST_TEST(state_straight.step == 8); // 10 batches per epoch: steps of 3, 3, 3 and 1
+
+    const auto path = temp_path("accumulate.ckpt");
+    {
+        models::Sequential first = small_model(0.25f);
+        auto opt_first = scaled_adam();
+        models::TrainingState state_first;
+        models::ModelCheckpoint checkpoint(path, 2);
+        models::FitOptions stop = options;
+        stop.max_steps = 6;
+        stop.callbacks = {&checkpoint};
+        models::fit(first, *opt_first, train, state_first, stop);
+    }
+    models::Sequential resumed = small_model(0.25f);
+    auto opt_resumed = scaled_adam();
+    models::TrainingState state_resumed;
+    models::load_checkpoint(path, resumed, *opt_resumed, &state_resumed);
+    std::filesystem::remove(path);
+    BOOST_TEST(state_resumed.step == 6);
+    BOOST_TEST(state_resumed.batch_in_epoch == 6);
+    models::FitOptions resume = options;
+    resume.initial_epoch = state_resumed.epoch;
+    models::fit(resumed, *opt_resumed, train, state_resumed, resume);
+    BOOST_TEST(models::weights_digest(resumed.variables()) == models::weights_digest(straight.variables()));
+    BOOST_TEST(opt_resumed->skipped_steps() == 1);
+}
+
+// Under a mixed policy the model still answers in float32 (its last layer's output widened exactly).
+BOOST_AUTO_TEST_CASE(outputs_are_float32_under_mixed_policies) {
+    PolicyGuard policy("mixed_float16");
+    models::Sequential model = small_model();
+    const Tensor out = model(Tensor::full(Shape{1, 8}, 0.5f));
+    BOOST_TEST(out.dtype() == autodiff::Dtype::float32);
+    BOOST_TEST(model.layers().back()->policy().compute_dtype() == autodiff::Dtype::float16);
+    // The values are the float16 results: widening is exact.
+    for (float v : out.to_floats()) BOOST_TEST(Tensor::full(Shape{1}, v).to(autodiff::Dtype::float16).flat(0) == v);
+    models::Sequential empty;
+    BOOST_TEST((op_checks::throws_with<std::logic_error>([&] { empty.build(Shape{8}); }, {"no layers"})));
 }

@@ -565,7 +565,8 @@ BOOST_AUTO_TEST_CASE(mixed_float16_computes_in_float16_with_float32_masters) {
         }
         GradientTape tape;
         const Tensor y = model(x);               // a float32 batch, cast by the first layer
-        BOOST_TEST(y.dtype() == compute);
+        BOOST_TEST(y.dtype() == Dtype::float32); // the last layer's result (in `compute`), widened exactly
+        BOOST_TEST(model.layers().back()->policy().compute_dtype() == compute);
         const std::vector<Tensor> g = tape.gradient(y, model.trainable_variables());
         for (const Tensor& gi : g) BOOST_TEST(gi.dtype() == compute);
         BOOST_TEST(model.summary().find(policy) != std::string::npos);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # mixprec-train's refusals: bad flags, impossible combinations, a missing dataset and unusable checkpoints
-# each end with one clear message (checked for the words that matter) and a non-zero exit, never a crash.
+# each end with one clear message (checked for the words that matter) and a non-zero exit, never a crash. And
+# the learning-rate schedule, weight-decay, clipping and accumulation flags in effect, on a tiny dataset.
 #
 #   tests/train_cli.sh TRAINER WORKDIR
 # The checkpoint cases need Fashion-MNIST; without it they are skipped (unless MIXPREC_REQUIRE_DATA is set).
@@ -51,7 +52,122 @@ expect 2 "--growth-interval: Value 0"          -- --loss-scale-preset keras --gr
 expect 2 "the keras rule has no hysteresis"    -- --loss-scale-preset keras --hysteresis 3
 expect 2 "the ascend rule has no max_scale"    -- --loss-scale-preset ascend --max-scale 1024
 expect 1 "apt-get install dataset-fashion-mnist" -- --data "$work" --max-steps 1 --quiet
+expect 2 "--lr-schedule: linear not in"        -- --lr-schedule linear
+expect 2 "--warmup-steps: Value -1 not in range" -- --warmup-steps -1
+expect 2 "applies to --lr-schedule exponential only" -- --decay-rate 0.5
+expect 2 "--decay-rate: '1.5' is not a number in (0, 1]" -- --lr-schedule exponential --decay-rate 1.5
+expect 2 "Adam has no weight decay: use --optimizer adamw" -- --weight-decay 0.01
+expect 2 "--weight-decay: 'nan' is not a finite number >= 0" -- --optimizer adamw --weight-decay nan
+expect 2 "--clip-value: '0' is not a finite number > 0" -- --clip-value 0
+expect 2 "--clip-value: and --clip-norm both clip the gradients" -- --clip-value 1 --clip-norm 1
+expect 2 "--learning-rate: 'nan' is not a finite number > 0" -- --learning-rate nan
+expect 2 "--clip-norm: '1e40' is not a finite number > 0" -- --clip-norm 1e40
+expect 2 "--accumulate-steps: Value 0 not in range" -- --accumulate-steps 0
 MIXPREC_ISA=avx1024 expect 2 'MIXPREC_ISA="avx1024" names no instruction-set level; use one of portable' -- --max-steps 1
+
+# The schedule, weight-decay, clipping and accumulation flags in effect, on 64 small examples written here (a
+# few lines of Python, no NumPy): with --batch-size 8, an epoch is 8 steps. float32, so that no step is skipped
+# and the schedule's position is the step number minus 1.
+python=/usr/bin/python3
+if [ -x "$python" ]; then
+    "$python" - "$work" <<'PY'
+import struct, sys
+def save(path, descr, shape, data):  # a version 1.0 .npy file
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    header += " " * ((-len(header) - 11) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+n = 64
+save(sys.argv[1] + "/x.npy", "|u1", (n, 28, 28), bytes((i * 37 + j * 11) % 256 for i in range(n) for j in range(784)))
+save(sys.argv[1] + "/y.npy", "<i8", (n,), struct.pack("<%dq" % n, *(i % 10 for i in range(n))))
+PY
+    small=(--train-data "$work/x.npy" "$work/y.npy" --batch-size 8 --precision float32 --threads 1 --quiet)
+
+    # lr_follows LOG STEPS FORMULA: LOG has STEPS steps, each with the learning_rate FORMULA gives for i, the
+    # steps applied before it (a Python expression; float32 rounding allowed).
+    lr_follows() {
+        "$python" - "$@" <<'PY'
+import json, math, sys
+log, count, formula = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+steps = [json.loads(line) for line in open(log) if line.startswith('{"step"')]
+assert len(steps) == count, "%d steps in %s, expected %d" % (len(steps), log, count)
+for s in steps:
+    i = s["step"] - 1
+    want = eval(formula, {"math": math, "i": i})
+    assert abs(s["learning_rate"] - want) <= 1e-6 * want + 1e-12, "step %d: lr %r, expected %r" % (s["step"], s["learning_rate"], want)
+print("  %d steps follow %s: %s" % (len(steps), formula, " ".join("%.3g" % s["learning_rate"] for s in steps)))
+PY
+    }
+    # schedule WORDS FORMULA STEPS -- ARGS...: a run with ARGS says WORDS and logs the learning rates of FORMULA.
+    schedule() {
+        local words="$1" formula="$2" count="$3"
+        shift 4
+        rm -f "$work/lr.jsonl" # a resumed run appends to its log
+        expect 0 "$words" -- "${small[@]}" --learning-rate 0.01 --log "$work/lr.jsonl" "$@"
+        lr_follows "$work/lr.jsonl" "$count" "$formula" || {
+            echo "FAILED: the learning rates of mixprec-train $*"; failures=$((failures + 1)); }
+    }
+    # 2 epochs of 8 steps: a warmup of 4 from 0, then the cosine over the 12 steps left.
+    schedule "cosine decay to 0 over 12 steps after 4 warmup steps" \
+        "0.01 * i / 4 if i < 4 else 0.01 * 0.5 * (1 + math.cos(math.pi * (i - 4) / 12))" 16 -- \
+        --lr-schedule cosine --warmup-steps 4 --epochs 2
+    schedule "cosine decay to 0 over 10 steps" "0.01 * 0.5 * (1 + math.cos(math.pi * i / 10))" 10 -- \
+        --lr-schedule cosine --epochs 2 --max-steps 10
+    schedule "exponential decay ×0.5 per epoch of 8 steps after 3 warmup steps" \
+        "0.01 * i / 3 if i < 3 else 0.01 * 0.5 ** ((i - 3) / 8)" 16 -- \
+        --lr-schedule exponential --decay-rate 0.5 --warmup-steps 3 --epochs 2
+    schedule "exponential decay ×0.9 per epoch of 8 steps" "0.01 * 0.9 ** (i / 8)" 12 -- \
+        --lr-schedule exponential --epochs 2 --max-steps 12
+    schedule "(lr 0.01, 5 warmup steps)" "0.01 * min(i / 5, 1)" 8 -- --warmup-steps 5 --epochs 1
+    schedule "(lr 0.01)," "0.01" 8 -- --epochs 1
+    # A resumed run follows the schedule from the optimizer's restored step count: the first run stops at
+    # step 11, in the second epoch, and the second goes on from step 12 to the end of that epoch, step 16
+    # (exponential's schedule does not depend on --max-steps).
+    exp_args=(--lr-schedule exponential --decay-rate 0.5 --warmup-steps 3 --epochs 2 --checkpoint "$work/lr.ckpt")
+    "$trainer" "${small[@]}" --learning-rate 0.01 "${exp_args[@]}" --max-steps 11 >/dev/null 2>&1 || {
+        echo "FAILED: an 11-step run to make a checkpoint"; failures=$((failures + 1)); }
+    schedule "Resuming $work/lr.ckpt at step 11" "0.01 * i / 3 if i < 3 else 0.01 * 0.5 ** ((i - 3) / 8)" 5 -- \
+        "${exp_args[@]}" --resume "$work/lr.ckpt"
+    # Cosine needs a step after the warmup; a warmup as long as the run is fine for the others, which just never
+    # reach --learning-rate.
+    expect 2 "16 warmup steps leave no step for --lr-schedule cosine to decay over: the run has 16 optimizer steps (--epochs 2 × 8 per epoch)" \
+        -- "${small[@]}" --lr-schedule cosine --warmup-steps 16 --epochs 2
+    expect 2 "the run has 5 optimizer steps (--max-steps)" \
+        -- "${small[@]}" --lr-schedule cosine --warmup-steps 5 --max-steps 5
+    schedule "(lr 0.01, 20 warmup steps)" "0.01 * i / 20" 8 -- --warmup-steps 20 --epochs 1
+    # --accumulate-steps: the schedule counts optimizer steps of 2 batches (4 an epoch) and ends with the run.
+    schedule "cosine decay to 0 over 12 steps), batch 8 × 2 accumulated, 3 epochs" \
+        "0.01 * 0.5 * (1 + math.cos(math.pi * i / 12))" 12 -- --lr-schedule cosine --accumulate-steps 2 --epochs 3
+    expect 0 "batch 8 × 2 accumulated" -- "${small[@]}" --accumulate-steps 2 --max-steps 4
+    expect 0 "cosine decay to 0 over 3 steps), batch 8 × 3 accumulated" \
+        -- "${small[@]}" --lr-schedule cosine --accumulate-steps 3 --epochs 1
+
+    # digest WORDS -- ARGS...: a 3-step run with ARGS says WORDS; sets $digest to its weights_digest.
+    digest() {
+        local words="$1"
+        shift 2
+        expect 0 "$words" -- "${small[@]}" --max-steps 3 --log "$work/d.jsonl" "$@"
+        digest="$(tail -n 1 "$work/d.jsonl" | sed -n 's/.*"weights_digest":"\([0-9a-f]*\)".*/\1/p')"
+    }
+    # differs NAME A B: the two digests differ (the flag changed the weights).
+    differs() {
+        if [ -n "$2" ] && [ "$2" != "$3" ]; then echo "ok: $1 changes the weights ($2 -> $3)"; else
+            echo "FAILED: $1 left the weights at ${2:-no digest}"; failures=$((failures + 1)); fi
+    }
+    digest "sgd (lr 0.01), batch 8" -- --optimizer sgd; sgd="$digest"
+    digest "sgd (lr 0.01), batch 8" -- --optimizer sgd
+    [ -n "$sgd" ] && [ "$digest" = "$sgd" ] || {
+        echo "FAILED: two equal runs ended with $sgd and $digest"; failures=$((failures + 1)); }
+    digest "sgd (lr 0.01, L2 weight decay 0.5)" -- --optimizer sgd --weight-decay 0.5
+    differs "--weight-decay 0.5 (sgd)" "$sgd" "$digest"
+    digest "sgd (lr 0.01), clip value 0.0001, batch 8" -- --optimizer sgd --clip-value 1e-4
+    differs "--clip-value 1e-4" "$sgd" "$digest"
+    digest "adamw (lr 0.001, decoupled weight decay 0.004)" -- --optimizer adamw; adamw="$digest"
+    digest "adamw (lr 0.001), batch 8" -- --optimizer adamw --weight-decay 0
+    differs "--weight-decay 0 (adamw's default is 0.004)" "$adamw" "$digest"
+else
+    echo "skipped: the schedule, weight-decay, clipping and accumulation runs (no $python)"
+fi
 
 if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     head -c 4096 /dev/urandom >"$work/garbage.ckpt"

@@ -7,6 +7,7 @@
 
 #include "options.hpp"
 #include "plot.hpp"
+#include "schedule.hpp"
 
 #include <mixprec/mixprec.hpp>
 
@@ -52,17 +53,19 @@ class NonfiniteInjector {
     std::vector<std::int64_t> steps_;
 };
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o, const optim::LearningRate& lr) {
     optim::Clipping clip;
     if (o.clip_norm) clip.global_clipnorm = *o.clip_norm;
-    const float lr = *o.learning_rate;
+    if (o.clip_value) clip.clipvalue = *o.clip_value;
     std::unique_ptr<optim::Optimizer> inner;
     if (o.optimizer == "sgd")
-        inner = std::make_unique<optim::SGD>(optim::SGD::Options{lr, o.momentum, false, 0, clip});
+        inner =
+            std::make_unique<optim::SGD>(optim::SGD::Options{lr, o.momentum, false, o.weight_decay.value_or(0), clip});
     else if (o.optimizer == "adamw") {
         optim::AdamW::Options options;
         options.learning_rate = lr;
         options.clip = clip;
+        if (o.weight_decay) options.weight_decay = *o.weight_decay;
         inner = std::make_unique<optim::AdamW>(options);
     } else {
         optim::Adam::Options options;
@@ -73,6 +76,27 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o) {
     // Always a LossScaleOptimizer: with scaling off (a fixed scale of 1) it applies exactly what the inner
     // optimizer would, and it still skips a step whose gradients are not finite.
     return std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options());
+}
+
+/// The header line's words on the optimizer beyond its kind and learning rate: the schedule and the weight
+/// decay ("" for the defaults, so that the default run's line is unchanged).
+std::string describe_optimizer(const train::Options& o, const train::RunLength& length) {
+    std::string text = train::describe_schedule(o, length);
+    const float decay = o.optimizer == "adamw" ? o.weight_decay.value_or(optim::AdamW::Options{}.weight_decay)
+                                               : o.weight_decay.value_or(0);
+    char number[96];
+    std::snprintf(number, sizeof number, ", %s weight decay %g", o.optimizer == "sgd" ? "L2" : "decoupled",
+                  double(decay));
+    return decay > 0 ? text + number : text;
+}
+
+/// ", clip value 1" or ", global clip norm 1" ("" without clipping).
+std::string describe_clipping(const train::Options& o) {
+    if (!o.clip_norm && !o.clip_value) return "";
+    char text[64];
+    std::snprintf(text, sizeof text, o.clip_norm ? ", global clip norm %g" : ", clip value %g",
+                  double(o.clip_norm ? *o.clip_norm : *o.clip_value));
+    return text;
 }
 
 std::string describe_scaling(const amp::LossScaleOptions& s) {
@@ -146,7 +170,13 @@ int run(const train::Options& o) {
 
     models::Sequential model = models::make_model(o.model);
     model.build(train_data.example_shape(), o.seed);
-    auto optimizer = make_optimizer(o);
+    // The schedule comes from the flags and the dataset's size only, so a resumed run recomputes it exactly.
+    const train::RunLength length = train::run_length(o, train_data.size());
+    if (const auto problem = train::schedule_problem(o, length)) {
+        std::cerr << "mixprec-train: " << *problem << '\n';
+        return 2;
+    }
+    auto optimizer = make_optimizer(o, train::learning_rate(o, length));
     models::TrainingState& state = model.training_state();
     if (!o.initial_weights.empty()) {
         models::load_weights(o.initial_weights, model.variables());
@@ -159,8 +189,12 @@ int run(const train::Options& o) {
                     static_cast<long long>(state.batch_in_epoch));
     }
     if (!o.quiet) std::cout << model.summary() << '\n';
-    std::printf("mixprec-train: %s, %s, %s (lr %g), batch %zu, %lld epochs, loss scaling %s\n", o.model.c_str(),
-                o.precision.c_str(), o.optimizer.c_str(), double(*o.learning_rate), o.batch_size,
+    const std::string batch =
+        std::to_string(o.batch_size) +
+        (o.accumulate_steps > 1 ? " × " + std::to_string(o.accumulate_steps) + " accumulated" : "");
+    std::printf("mixprec-train: %s, %s, %s (lr %g%s)%s, batch %s, %lld epochs, loss scaling %s\n", o.model.c_str(),
+                o.precision.c_str(), o.optimizer.c_str(), double(*o.learning_rate),
+                describe_optimizer(o, length).c_str(), describe_clipping(o).c_str(), batch.c_str(),
                 static_cast<long long>(o.epochs), describe_scaling(o.loss_scale_options()).c_str());
     std::fflush(stdout);
 
@@ -173,10 +207,13 @@ int run(const train::Options& o) {
     models::JsonLinesLogger logger(o.log, !o.resume.empty());
     std::optional<models::ShareCores> share_cores; // without --threads: the cores other processes leave free
     if (o.threads == 0) share_cores.emplace();
+    // --epochs counts from the run's start, also when it resumes (as the schedule's length does).
     models::FitOptions fit{.epochs = o.epochs,
+                           .initial_epoch = state.epoch,
                            .batch_size = o.batch_size,
                            .seed = o.seed,
                            .max_steps = o.max_steps,
+                           .accumulate_steps = o.accumulate_steps,
                            .validation = data.test.get()};
     if (!o.quiet) fit.callbacks.push_back(&progress);
     fit.callbacks.push_back(&terminate);

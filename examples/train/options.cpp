@@ -24,6 +24,26 @@ std::string joined(const std::vector<std::string_view>& names) {
     return text;
 }
 
+/// A float flag that must be finite and in [low, high] (above low, not at it, unless `low_allowed`), checked
+/// as the float it becomes: CLI11's PositiveNumber lets nan through, and 1e40 would become inf.
+CLI::Validator finite(float low, bool low_allowed, float high, const std::string& wanted, const std::string& name) {
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            std::size_t used = 0;
+            float value = 0;
+            try {
+                value = std::stof(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != text.size() || !std::isfinite(value) || value < low || (value == low && !low_allowed) ||
+                value > high)
+                return "'" + text + "' is not " + wanted;
+            return {};
+        },
+        name);
+}
+
 /// Comma-separated positive step numbers.
 std::vector<std::int64_t> parse_steps(const std::string& list) {
     std::vector<std::int64_t> steps;
@@ -88,6 +108,14 @@ void check(const Options& o, bool dynamic_flags_given) {
         if (ext != ".png" && ext != ".svg") throw conflict("--plot", o.plot.string() + " should end in .png or .svg");
     }
     if (o.optimizer != "sgd" && o.momentum != 0.9f) throw conflict("--momentum", "applies to --optimizer sgd only");
+    if (o.optimizer == "adam" && o.weight_decay)
+        throw conflict("--weight-decay", "Adam has no weight decay: use --optimizer adamw (decoupled weight decay) "
+                                         "or sgd (L2)");
+    if (o.clip_value && o.clip_norm)
+        throw conflict("--clip-value", "and --clip-norm both clip the gradients: give one (one kind of clipping at "
+                                       "a time, as in Keras)");
+    if (o.decay_rate && o.lr_schedule != "exponential")
+        throw conflict("--decay-rate", "applies to --lr-schedule exponential only");
     if (o.epochs == 0 && (!o.checkpoint.empty() || !o.resume.empty() || !o.plot.empty()))
         throw conflict("--epochs", "0 trains nothing: --checkpoint, --resume and --plot need training");
     if (!o.test_data.empty() && o.train_data.empty())
@@ -153,12 +181,12 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
         ->capture_default_str();
     app.add_option("--learning-rate", o.learning_rate, "Learning rate (default 1e-3 for adam/adamw, 1e-2 for sgd)")
-        ->check(CLI::PositiveNumber);
+        ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
     app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0f, 0.999f))->capture_default_str();
     app.add_option("--epochs", o.epochs, "Epochs to train (0: none; evaluate, and export with --export-weights)")
         ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000}))
         ->capture_default_str();
-    app.add_option("--batch-size", o.batch_size, "Examples per step")
+    app.add_option("--batch-size", o.batch_size, "Examples per batch (per step, unless --accumulate-steps)")
         ->check(CLI::Range(std::size_t{1}, std::size_t{60000}))
         ->capture_default_str();
     app.add_option("--seed", o.seed, "Seed of the initial weights, the shuffling and dropout")->capture_default_str();
@@ -168,14 +196,42 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--loss-scale-preset", o.loss_scale_preset, "Rule and defaults of the dynamic scale")
         ->check(CLI::IsMember(preset_names))
         ->capture_default_str();
-    app.add_option("--initial-scale", o.initial_scale, "Initial dynamic loss scale")->check(CLI::PositiveNumber);
+    app.add_option("--initial-scale", o.initial_scale, "Initial dynamic loss scale")
+        ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
     app.add_option("--growth-interval", o.growth_interval, "Finite steps between growths")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
     app.add_option("--hysteresis", o.hysteresis, "Overflows it takes to back off")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-    app.add_option("--min-scale", o.min_scale, "Smallest dynamic scale")->check(CLI::PositiveNumber);
-    app.add_option("--max-scale", o.max_scale, "Largest dynamic scale")->check(CLI::PositiveNumber);
-    app.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm")->check(CLI::PositiveNumber);
+    app.add_option("--min-scale", o.min_scale, "Smallest dynamic scale")
+        ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
+    app.add_option("--max-scale", o.max_scale, "Largest dynamic scale")
+        ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
+    app.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm")
+        ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
+    app.add_option("--clip-value", o.clip_value,
+                   "Clip each gradient element to plus or minus this (not with --clip-norm)")
+        ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
+    app.add_option("--weight-decay", o.weight_decay,
+                   "Weight decay wd: decoupled with adamw (w -= lr*wd*w before the Adam step; default 0.004), L2 with "
+                   "sgd (wd*w added to the gradient, PyTorch's rule; default 0); adam has none (use adamw)")
+        ->check(finite(0, true, INFINITY, "a finite number >= 0", "NONNEGATIVE"));
+    app.add_option("--lr-schedule", o.lr_schedule,
+                   "Learning rate over the run's optimizer steps: constant, cosine (to 0 at the last step, after the "
+                   "warmup) or exponential (times --decay-rate every epoch)")
+        ->check(CLI::IsMember({"constant", "cosine", "exponential"}))
+        ->capture_default_str();
+    app.add_option("--warmup-steps", o.warmup_steps,
+                   "Raise the learning rate linearly from 0 to --learning-rate over this many optimizer steps first")
+        ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+        ->capture_default_str();
+    app.add_option("--decay-rate", o.decay_rate,
+                   "--lr-schedule exponential: the factor the learning rate is multiplied by per epoch (default 0.9)")
+        ->check(finite(0, false, 1, "a number in (0, 1]", "IN (0, 1]"));
+    app.add_option("--accumulate-steps", o.accumulate_steps,
+                   "Average the gradients of this many batches per optimizer step: --batch-size stays the "
+                   "micro-batch size, so the effective batch is this many times --batch-size")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+        ->capture_default_str();
     app.add_option("--data", o.data, "Directory of the Fashion-MNIST gzip IDX files")->capture_default_str();
     app.add_option("--train-data", o.train_data,
                    "Train on your own arrays instead of Fashion-MNIST: examples .npy ((n, 28, 28) or (n, 1, 28, 28), "
@@ -199,7 +255,8 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--log", o.log, "Write a JSON-lines log here");
     app.add_option("--plot", o.plot, "Draw loss, accuracy, loss scale and skipped steps here (.png or .svg)");
-    app.add_option("--max-steps", o.max_steps, "Stop after this many steps in all (0: no limit)")
+    app.add_option("--max-steps", o.max_steps,
+                   "Stop after this many steps in all (optimizer steps, of --accumulate-steps batches; 0: no limit)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--threads", o.threads,
                    "Threads (0: every core other processes leave free, measured as training runs)")
@@ -225,6 +282,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         return 2;
     }
     if (!o.learning_rate) o.learning_rate = o.optimizer == "sgd" ? 1e-2f : 1e-3f;
+    if (o.lr_schedule == "exponential" && !o.decay_rate) o.decay_rate = 0.9f;
     return o;
 }
 

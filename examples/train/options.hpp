@@ -29,6 +29,12 @@ struct Options {
     std::optional<float> min_scale;
     std::optional<float> max_scale;
     std::optional<float> clip_norm;
+    std::optional<float> clip_value;
+    std::string lr_schedule = "constant"; ///< constant | cosine | exponential
+    std::int64_t warmup_steps = 0;        ///< linear from 0 to learning_rate over this many optimizer steps
+    std::optional<float> decay_rate;      ///< exponential: the factor per epoch (default 0.9)
+    std::optional<float> weight_decay;    ///< adamw: decoupled (AdamW's default 0.004); sgd: L2 (default 0)
+    std::int64_t accumulate_steps = 1;    ///< batches per optimizer step
     std::filesystem::path data = models::default_fashion_mnist_dir;
     std::vector<std::filesystem::path> train_data; ///< empty, or the examples' and the labels' .npy files
     std::vector<std::filesystem::path> test_data;  ///< the same, for evaluation

@@ -55,6 +55,7 @@ class ArrayDataset final : public Dataset {
     std::size_t size() const override { return labels_.size(); }
     /// x's shape without axis 0.
     autodiff::Shape example_shape() const override;
+    using Dataset::batch; // and the targets as a float32 tensor
     /// x becomes a new float32 tensor of shape (indices.size(), example_shape()...) holding the examples
     /// (uint8 values divided by 255), and labels their labels. std::out_of_range naming the index and
     /// size() when an index is ≥ size(); x and labels are then left unchanged.

@@ -68,6 +68,7 @@ class FashionMnist final : public Dataset {
     std::size_t size() const override { return labels_.size(); }
     /// (1, 28, 28): one channel.
     autodiff::Shape example_shape() const override;
+    using Dataset::batch; // and the targets as a float32 tensor
     /// x becomes a new float32 tensor of shape (indices.size(), 1, 28, 28) holding pixel / 255 (so exactly
     /// 0 and 1 at the ends of the range), never one sharing storage with an earlier batch; labels becomes
     /// the labels, as int32. An empty `indices` gives shape (0, 1, 28, 28). std::out_of_range naming the

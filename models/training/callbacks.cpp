@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -44,6 +45,22 @@ std::string json_number(double value) {
     return text;
 }
 
+/// " - accuracy: 0.8711 - loss: 0.3570": the figures sorted by name, each name after `prefix`.
+std::string figures(Metrics values, const char* prefix) {
+    std::stable_sort(values.begin(), values.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::string out;
+    for (const auto& [name, value] : values) {
+        char number[32];
+        std::snprintf(number, sizeof number, "%.4f", value);
+        out += " - ";
+        out += prefix;
+        out += name;
+        out += ": ";
+        out += number;
+    }
+    return out;
+}
+
 /// Whether a checkpoint every `every` steps falls on this step. The last step of an epoch is left to
 /// on_epoch_end, which saves after the state has moved to the next epoch.
 bool due(std::int64_t every, const StepLogs& logs) {
@@ -51,6 +68,27 @@ bool due(std::int64_t every, const StepLogs& logs) {
 }
 
 } // namespace
+
+std::optional<double> find_metric(const Metrics& metrics, std::string_view name) {
+    for (const auto& [key, value] : metrics)
+        if (key == name) return value;
+    return std::nullopt;
+}
+
+std::optional<double> EpochLogs::get(std::string_view key) const {
+    if (key == "loss") return train_loss;
+    if (key == "val_loss") return validation_loss;
+    if (key.starts_with("val_")) return find_metric(validation_metrics, key.substr(4));
+    return find_metric(metrics, key);
+}
+
+std::vector<std::string> figure_names(const EpochLogs& logs) {
+    std::vector<std::string> names{"loss"};
+    for (const auto& [name, value] : logs.metrics) names.push_back(name);
+    if (logs.validation_loss) names.push_back("val_loss");
+    for (const auto& [name, value] : logs.validation_metrics) names.push_back("val_" + name);
+    return names;
+}
 
 double peak_rss_mib() {
     rusage usage{};
@@ -69,7 +107,8 @@ void ProgressBar::on_epoch_begin(FitContext& context, std::int64_t epoch) {
     out_ << "Epoch " << epoch + 1 << '/' << context.epochs << '\n' << std::flush;
     epoch_start_ = last_draw_ = Clock::now();
     steps_this_epoch_ = 0;
-    loss_sum_ = correct_ = examples_ = 0;
+    loss_sum_ = examples_ = 0;
+    metric_sums_.clear();
     skipped_ = 0;
 }
 
@@ -94,18 +133,23 @@ std::string ProgressBar::line(const StepLogs& logs) const {
     char rate[32];
     std::snprintf(rate, sizeof rate, "%.0fms/step", per_step * 1e3);
     text << rate;
-    char figures[160];
-    std::snprintf(figures, sizeof figures, " - accuracy: %.4f - loss: %.4f - loss_scale: %g - skipped: %lld",
-                  correct_ / std::max(examples_, 1.0), loss_sum_ / std::max(examples_, 1.0), double(logs.loss_scale),
+    Metrics means{{"loss", loss_sum_ / std::max(examples_, 1.0)}};
+    for (std::size_t i = 0; i < metric_sums_.size() && i < logs.metrics.size(); ++i)
+        means.emplace_back(logs.metrics[i].first, metric_sums_[i] / std::max(examples_, 1.0));
+    text << figures(means, "");
+    char scale[80];
+    std::snprintf(scale, sizeof scale, " - loss_scale: %g - skipped: %lld", double(logs.loss_scale),
                   static_cast<long long>(skipped_));
-    text << figures;
+    text << scale;
     return text.str();
 }
 
 void ProgressBar::on_step_end(FitContext&, const StepLogs& logs) {
     ++steps_this_epoch_;
     loss_sum_ += logs.loss * double(logs.batch_size);
-    correct_ += logs.accuracy * double(logs.batch_size);
+    metric_sums_.resize(logs.metrics.size());
+    for (std::size_t i = 0; i < logs.metrics.size(); ++i)
+        metric_sums_[i] += logs.metrics[i].second * double(logs.batch_size);
     examples_ += double(logs.batch_size);
     skipped_ += logs.skipped;
     last_ = logs;
@@ -118,11 +162,10 @@ void ProgressBar::on_step_end(FitContext&, const StepLogs& logs) {
 
 void ProgressBar::on_epoch_end(FitContext&, const EpochLogs& logs) {
     out_ << (interactive_ ? "\r" : "") << line(last_);
-    if (logs.validation_accuracy) {
-        char text[80];
-        std::snprintf(text, sizeof text, " - test_accuracy: %.4f - test_loss: %.4f", *logs.validation_accuracy,
-                      logs.validation_loss.value_or(NAN));
-        out_ << text;
+    if (logs.validation_loss) {
+        Metrics validation = logs.validation_metrics;
+        validation.emplace_back("loss", *logs.validation_loss);
+        out_ << figures(validation, "test_");
     }
     out_ << (interactive_ ? "\x1b[K\n" : "\n") << std::flush;
 }
@@ -205,13 +248,18 @@ void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
 }
 
 void JsonLinesLogger::on_epoch_end(FitContext&, const EpochLogs& logs) {
-    if (out_.is_open())
+    if (out_.is_open()) {
         out_ << "{\"event\":\"epoch\",\"epoch\":" << logs.epoch + 1
              << ",\"train_loss\":" << json_number(logs.train_loss)
-             << ",\"test_accuracy\":" << json_number(logs.validation_accuracy.value_or(NAN))
-             << ",\"seconds\":" << json_number(logs.seconds)
+             << ",\"test_accuracy\":" << json_number(logs.validation_accuracy.value_or(NAN));
+        for (const auto& [name, value] : logs.metrics) out_ << ",\"train_" << name << "\":" << json_number(value);
+        if (logs.validation_loss) out_ << ",\"test_loss\":" << json_number(*logs.validation_loss);
+        for (const auto& [name, value] : logs.validation_metrics)
+            if (name != "accuracy") out_ << ",\"test_" << name << "\":" << json_number(value);
+        out_ << ",\"seconds\":" << json_number(logs.seconds)
              << ",\"samples_per_second\":" << json_number(logs.samples_per_second) << "}\n"
              << std::flush;
+    }
     step_start_ = Clock::now(); // nor are evaluation and logging
 }
 

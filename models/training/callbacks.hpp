@@ -38,7 +38,8 @@ class ProgressBar final : public Callback {
     bool interactive_;
     std::chrono::steady_clock::time_point epoch_start_{}, last_draw_{};
     std::int64_t steps_this_epoch_ = 0;
-    double loss_sum_ = 0, correct_ = 0, examples_ = 0;
+    double loss_sum_ = 0, examples_ = 0;
+    std::vector<double> metric_sums_; // the epoch's Σ metric × examples, in the order of StepLogs::metrics
     std::int64_t skipped_ = 0;
     StepLogs last_{};
 };
@@ -95,7 +96,8 @@ struct RunSummary {
 };
 
 /// One JSON object per line: per step {"step","epoch","loss","loss_scale","skipped","grad_norm",
-/// "learning_rate"}, per epoch {"event":"epoch","epoch","train_loss","test_accuracy","seconds",
+/// "learning_rate"}, per epoch {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for
+/// every compiled metric, "test_loss" and "test_<metric>" with validation data, "seconds",
 /// "samples_per_second"} and, when training ends, {"event":"end", RunSummary's fields}. Epochs count from 1;
 /// the loss is unscaled and loss_scale is the scale the step used; non-finite numbers are written as null.
 /// std::runtime_error naming the path if the file cannot be opened.

@@ -7,20 +7,32 @@
 ///                                   .callbacks = {&progress}});
 ///
 /// One step (train_step, which FitOptions::train_step may replace): the batch's examples (in a seeded
-/// shuffled order) → forward with training = true → mean sparse categorical cross-entropy of the logits
-/// (float32) → optimizer.scale_loss (× S for a LossScaleOptimizer, identity otherwise) → gradients of the
-/// trainable variables → optimizer.apply. A step whose gradients are not finite is skipped by the
-/// LossScaleOptimizer (and still counts as a step).
+/// shuffled order) → forward with training = true → the loss of the outputs against the targets
+/// (float32; by default the sparse categorical cross-entropy of logits) → optimizer.scale_loss (× S for a
+/// LossScaleOptimizer, identity otherwise) → gradients of the trainable variables → optimizer.apply. A
+/// step whose gradients are not finite is skipped by the LossScaleOptimizer (and still counts as a step).
+///
+/// With accumulate_steps = N > 1, a step runs forward and backward on N consecutive batches, adds their
+/// (scaled) gradients in float32, divides the sums by the number of batches (the mean, as Keras; the last
+/// step of an epoch may have fewer) and applies them once (optimizer.apply_float32). The step's loss and
+/// metrics are over all its examples. Steps, and so checkpoints, end at whole groups of batches, so a
+/// resumed run accumulates exactly as the original did.
 ///
 /// Everything fit needs to continue a run lives in the model's variables, the optimizer and the
 /// TrainingState, so a run restored from a checkpoint continues exactly as the run that was saved.
 
 #include <mixprec/models/data/dataset.hpp>
 #include <mixprec/models/training/callback.hpp>
+#include <mixprec/models/training/losses.hpp>
+#include <mixprec/models/training/metrics.hpp>
 #include <mixprec/models/training/sequential.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,7 +45,8 @@ struct TrainStep {
     optim::Optimizer& optimizer;
     const std::vector<autodiff::Variable>& variables; ///< the model's trainable variables
     const autodiff::Tensor& x;                        ///< (batch, example shape...)
-    std::span<const std::int32_t> labels;             ///< (batch)
+    const autodiff::Tensor& y;                        ///< (batch, target shape...): float32 targets
+    const Loss& loss;                                 ///< the loss fit minimizes
     std::int64_t step;                                ///< this step's number, from 1 across epochs
     Rng& dropout_rng;                                 ///< the run's dropout generator
 };
@@ -41,9 +54,19 @@ struct TrainStep {
 /// What a train step tells fit.
 struct TrainStepResult {
     double loss = 0;         ///< the batch's mean loss, unscaled
-    autodiff::Tensor logits; ///< (batch, classes): fit counts the correct predictions from them
+    autodiff::Tensor y_pred; ///< (batch, output shape...): fit computes the metrics from them
     bool applied = true;     ///< false: the optimizer skipped the step
 };
+
+/// One batch's forward and backward pass, without the update.
+struct BatchGradients {
+    double loss = 0;                       ///< the batch's mean loss, unscaled
+    autodiff::Tensor y_pred;               ///< the model's outputs
+    std::vector<autodiff::Tensor> grads{}; ///< of step.variables, scaled as optimizer.scale_loss scales the loss
+};
+
+/// The forward pass with training = true, the loss and the (scaled) gradients of step.variables.
+BatchGradients batch_gradients(const TrainStep& step);
 
 /// Called with a step's number and its (scaled) gradients before apply, e.g. to inject an inf for testing.
 using GradientHook = std::function<void(std::int64_t step, std::vector<autodiff::Tensor>& gradients)>;
@@ -51,23 +74,61 @@ using GradientHook = std::function<void(std::int64_t step, std::vector<autodiff:
 /// fit's step (see the file comment); `hook`, if set, sees the gradients before apply.
 TrainStepResult train_step(const TrainStep& step, const GradientHook& hook = {});
 
+/// A callback as fit takes it: borrowed (`&progress`: it must outlive the fit call) or shared
+/// (`std::make_shared<EarlyStopping>(...)`: fit's options keep it alive).
+class CallbackRef {
+  public:
+    CallbackRef(Callback* callback) : callback_(std::shared_ptr<Callback>(), callback) {}
+    template <std::derived_from<Callback> C>
+    CallbackRef(std::shared_ptr<C> callback) : callback_(std::move(callback)) {}
+    Callback* get() const { return callback_.get(); }
+    Callback* operator->() const { return callback_.get(); }
+
+  private:
+    std::shared_ptr<Callback> callback_; // owns nothing when borrowed
+};
+
 struct FitOptions {
-    std::int64_t epochs = 1;             ///< ≥ 1: fit ends when state.epoch reaches it
-    std::size_t batch_size = 32;         ///< ≥ 1; the last batch of an epoch may be smaller
-    bool shuffle = true;                 ///< a new seeded order every epoch
-    std::uint64_t seed = 0;              ///< seeds the shuffling and dropout generators of a fresh run
-    std::int64_t max_steps = 0;          ///< > 0: stop once state.step reaches it
-    const Dataset* validation = nullptr; ///< evaluated after every epoch, in batches of batch_size
-    std::vector<Callback*> callbacks{};  ///< called in order
-    GradientHook gradient_hook{};        ///< passed to train_step
+    /// ≥ 1: the epochs this call trains, from where the training state is (an epoch left unfinished
+    /// counts as the first of them), so a second fit({.epochs = 1}) trains one more epoch, as in Keras.
+    /// With initial_epoch: the number of the epoch to end at instead.
+    std::int64_t epochs = 1;
+    /// Keras's initial_epoch, for continuing a run (after load_checkpoint): then `epochs` counts from the
+    /// run's start. It must be the epoch the training state is in; std::invalid_argument otherwise.
+    std::optional<std::int64_t> initial_epoch{};
+    std::size_t batch_size = 32; ///< ≥ 1; the last batch of an epoch may be smaller
+    bool shuffle = true;         ///< a new seeded order every epoch
+    std::uint64_t seed = 0;      ///< seeds the shuffling and dropout generators of a fresh run
+    std::int64_t max_steps = 0;  ///< > 0: stop once state.step reaches it
+    /// ≥ 1: each step averages the gradients of this many consecutive batches (micro-batches of
+    /// batch_size examples) before one optimizer update, as Keras's gradient_accumulation_steps.
+    std::int64_t accumulate_steps = 1;
+    const Dataset* validation = nullptr;  ///< evaluated after every epoch, in batches of batch_size
+    std::vector<CallbackRef> callbacks{}; ///< called in order
+    GradientHook gradient_hook{};         ///< passed to train_step
     /// Replaces train_step (then gradient_hook is the replacement's to call, or not), as overriding
     /// Model.train_step does in Keras: a custom loss, several optimizers, gradient accumulation.
+    /// Not with accumulate_steps > 1 (std::invalid_argument): accumulation is the default step's.
     std::function<TrainStepResult(const TrainStep&)> train_step{};
+    /// The loss; unset: the model's compiled loss (Sequential::fit), else sparse_categorical_crossentropy
+    /// on logits.
+    std::optional<Loss> loss{};
+    /// The metrics; unset: the model's compiled metrics (Sequential::fit), else {"accuracy"}.
+    std::optional<std::vector<Metric>> metrics{};
+};
+
+/// What evaluate measures.
+struct EvaluateOptions {
+    std::size_t batch_size = 256;
+    std::optional<Loss> loss{};                   ///< as FitOptions::loss
+    std::optional<std::vector<Metric>> metrics{}; ///< as FitOptions::metrics
 };
 
 struct Evaluation {
-    double loss = 0;     ///< mean cross-entropy over the examples
-    double accuracy = 0; ///< fraction of examples whose largest logit is the label
+    double loss = 0; ///< mean loss over the examples
+    /// The first accuracy metric (the fraction of examples classified right); NaN without one.
+    double accuracy = std::numeric_limits<double>::quiet_NaN();
+    Metrics metrics{}; ///< every metric, each the mean over the examples
 };
 
 /// Trains `model` (built, with input shape = data's example shape) on `data` from where `state` says
@@ -77,10 +138,12 @@ struct Evaluation {
 std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
                            const FitOptions& options);
 
-/// Loss and accuracy on `data`, in batches, in order, with training = false.
+/// The loss and the metrics on `data`, in batches, in order, with training = false.
+Evaluation evaluate(Sequential& model, const Dataset& data, const EvaluateOptions& options);
+/// The same with the default loss and metrics (sparse categorical cross-entropy on logits, accuracy).
 Evaluation evaluate(Sequential& model, const Dataset& data, std::size_t batch_size = 256);
 
-/// Float32 logits (size, classes) for every example of `data`, in order.
+/// The model's float32 outputs (size, output shape...) for every example of `data`, in order.
 autodiff::Tensor predict(Sequential& model, const Dataset& data, std::size_t batch_size = 256);
 
 /// 0, 1, ..., n-1 in a random order drawn from `rng` (Fisher-Yates, one draw per element from the last):
@@ -89,6 +152,14 @@ std::vector<std::size_t> shuffled_order(std::size_t n, Rng& rng);
 
 /// The fraction of rows of `logits` (batch, classes) whose largest entry is at the label (first on ties).
 double accuracy(const autodiff::Tensor& logits, std::span<const std::int32_t> labels);
+
+/// The loss and metrics to use: `loss` and `metrics` when set, else the defaults, with each metric
+/// resolved for the loss (Metric::resolved_for). std::invalid_argument as resolved_for says.
+struct Objective {
+    Loss loss;
+    std::vector<Metric> metrics;
+};
+Objective objective(const std::optional<Loss>& loss, const std::optional<std::vector<Metric>>& metrics);
 
 /// A hex digest (64-bit FNV-1a) of the bytes of every variable's float32 master, in order: two runs
 /// that end with the same digest ended with the same weights.

@@ -3,6 +3,8 @@
 
 #include <mixprec/models/training/sequential.hpp>
 
+#include <mixprec/autodiff/ops_elementwise.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -217,6 +219,7 @@ Sequential& Sequential::add(std::unique_ptr<Layer> layer) {
 
 void Sequential::build(const Shape& input_shape, std::uint64_t seed) {
     if (built_) throw std::logic_error("Sequential::build: the model is already built");
+    if (layers_.empty()) throw std::logic_error("Sequential::build: the model has no layers; add layers first");
     Rng rng(seed);
     Shape shape = input_shape;
     for (const auto& layer : layers_) shape = layer->build(shape, rng);
@@ -233,7 +236,7 @@ Tensor Sequential::operator()(const Tensor& x, const CallContext& context) {
     if (!built_) throw std::logic_error("Sequential: the model is called before it is built; call build() first");
     Tensor y = x;
     for (const auto& layer : layers_) y = (*layer)(y, context);
-    return y;
+    return y.dtype() == autodiff::Dtype::float32 ? y : autodiff::cast(y, autodiff::Dtype::float32);
 }
 
 std::vector<Variable> Sequential::variables() const {

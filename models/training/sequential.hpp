@@ -8,15 +8,19 @@
 ///
 /// The Keras loop, the short way (fit.hpp has the details and the free functions behind it):
 ///
+///   auto opt = std::make_shared<amp::LossScaleOptimizer>(std::make_unique<optim::Adam>(optim::Adam::Options{}));
 ///   model.compile(opt, "sparse_categorical_crossentropy", {"accuracy"});
 ///   model.fit(train, {.epochs = 5, .batch_size = 128});
 
 #include <mixprec/models/io/training_state.hpp>
 #include <mixprec/models/layers/layer.hpp>
+#include <mixprec/models/training/losses.hpp>
+#include <mixprec/models/training/metrics.hpp>
 
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,6 +35,7 @@ namespace mixprec::models {
 class Dataset;
 struct EpochLogs;
 struct Evaluation;
+struct EvaluateOptions;
 struct FitOptions;
 
 class Sequential {
@@ -52,14 +57,17 @@ class Sequential {
     }
 
     /// Builds every layer for examples of `input_shape` (no batch axis); initial values come from a
-    /// generator seeded with `seed`, so the same seed gives the same weights.
+    /// generator seeded with `seed`, so the same seed gives the same weights. std::logic_error for a
+    /// model without layers.
     void build(const Shape& input_shape, std::uint64_t seed = 0);
     bool built() const { return built_; }
     const Shape& input_shape() const { return input_shape_; }
     /// Shape of one output example (after build).
     Shape output_shape() const;
 
-    /// The forward pass on a batch. logic_error before build.
+    /// The forward pass on a batch: float32 outputs under every policy (the last layer's result, widened
+    /// exactly, as Keras recommends for mixed precision; its gradient is rounded back once). logic_error
+    /// before build.
     Tensor operator()(const Tensor& x, const CallContext& context = {});
 
     /// Every variable, layer by layer, in a fixed order (checkpoints rely on it).
@@ -72,14 +80,27 @@ class Sequential {
 
     const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
-    /// Remembers the optimizer (not owned: it must outlive training) for fit. The loss is
-    /// "sparse_categorical_crossentropy" (on logits) and the metrics a subset of {"accuracy"}; other
-    /// names are an std::invalid_argument listing the supported ones.
-    void compile(optim::Optimizer& optimizer, std::string_view loss = "sparse_categorical_crossentropy",
-                 std::vector<std::string> metrics = {"accuracy"});
+    /// Keeps the optimizer (shared with the caller, who may keep a handle to read its loss scale), the
+    /// loss and the metrics (losses.hpp, metrics.hpp) for fit and evaluate. std::invalid_argument for a
+    /// null optimizer, an unknown name, "accuracy" under a loss that compares values, or a cross-entropy
+    /// on logits (a loss by name) for a model whose last layer ends in softmax or sigmoid.
+    void compile(std::shared_ptr<optim::Optimizer> optimizer, Loss loss = "sparse_categorical_crossentropy",
+                 std::vector<Metric> metrics = {"accuracy"});
+    /// An optimizer by reference would dangle once it goes out of scope (and fit would crash): refused
+    /// when the program compiles. Pass a std::shared_ptr (std::make_shared<optim::Adam>(...)).
+    template <class O, class... Rest>
+    requires std::derived_from<std::remove_cvref_t<O>, optim::Optimizer>
+    void compile(O&&, Rest&&...) = delete;
     bool compiled() const { return optimizer_ != nullptr; }
-    /// models::fit with the compiled optimizer and this model's training state; logic_error if not compiled.
+    /// The compiled optimizer; logic_error if not compiled.
+    optim::Optimizer& optimizer() const;
+    /// The compiled loss and metrics (resolved for the loss); logic_error if not compiled.
+    const Loss& loss() const;
+    const std::vector<Metric>& metrics() const;
+    /// models::fit with the compiled optimizer, loss and metrics (unless the options name others) and this
+    /// model's training state; logic_error if not compiled.
     std::vector<EpochLogs> fit(const Dataset& data, const FitOptions& options);
+    /// The compiled loss and metrics when compiled; otherwise evaluate's defaults.
     Evaluation evaluate(const Dataset& data, std::size_t batch_size = 256);
     Tensor predict(const Dataset& data, std::size_t batch_size = 256);
     /// Where training is (fit advances it; checkpoints save and restore it).
@@ -90,7 +111,9 @@ class Sequential {
     std::vector<std::unique_ptr<Layer>> layers_;
     Shape input_shape_;
     bool built_ = false;
-    optim::Optimizer* optimizer_ = nullptr;
+    std::shared_ptr<optim::Optimizer> optimizer_;
+    std::optional<Loss> loss_;
+    std::vector<Metric> metrics_;
     TrainingState state_;
 };
 
