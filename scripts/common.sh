@@ -32,5 +32,10 @@ configure_and_build() {
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do options+=("$1"); shift; done
     [ $# -gt 0 ] && shift && targets=("$@")
     cmake -S "$root" -B "$dir" -G Ninja "${options[@]}" >/dev/null
+    # Nothing to build: say nothing (Ninja's "no work to do." is not what a user asked for).
+    if cmake --build "$dir" ${targets[@]+--target "${targets[@]}"} -- -n 2>/dev/null |
+        grep -qx 'ninja: no work to do\.'; then
+        return 0
+    fi
     cmake --build "$dir" --parallel "$(nproc)" ${targets[@]+--target "${targets[@]}"}
 }
