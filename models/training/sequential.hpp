@@ -35,7 +35,6 @@ namespace mixprec::models {
 class Dataset;
 struct EpochLogs;
 struct Evaluation;
-struct EvaluateOptions;
 struct FitOptions;
 
 class Sequential {
