@@ -2,7 +2,6 @@
 
 #include <mixprec/amp/unscale.hpp>
 #include <mixprec/autodiff/ops_elementwise.hpp>
-#include <mixprec/autodiff/tensor/convert.hpp>
 
 #include <cmath>
 #include <stdexcept>
@@ -70,23 +69,8 @@ bool LossScaleOptimizer::finish(bool finite, double squared_norm, std::vector<st
 }
 
 void LossScaleOptimizer::accumulate(const std::vector<autodiff::Tensor>& grads) {
-    if (micro_batches_ == 0) {
-        accumulated_.assign(grads.size(), {});
-        for (std::size_t i = 0; i < grads.size(); ++i) accumulated_[i].assign(grads[i].size(), 0.0f);
-    } else if (grads.size() != accumulated_.size()) {
-        throw std::invalid_argument("LossScaleOptimizer::accumulate: " + std::to_string(grads.size()) +
-                                    " gradients, the earlier micro-batches had " + std::to_string(accumulated_.size()));
-    }
-    std::vector<float> wide;
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-        if (grads[i].size() != accumulated_[i].size())
-            throw std::invalid_argument("LossScaleOptimizer::accumulate: gradient " + std::to_string(i) + " is " +
-                                        grads[i].description() + ", earlier ones had " +
-                                        std::to_string(accumulated_[i].size()) + " elements");
-        wide.resize(grads[i].size());
-        autodiff::widen(grads[i].raw(), grads[i].dtype(), wide.data(), wide.size());
-        for (std::size_t j = 0; j < wide.size(); ++j) accumulated_[i][j] += wide[j];
-    }
+    if (micro_batches_ == 0) accumulated_.clear();
+    optim::accumulate_float32(accumulated_, grads, "LossScaleOptimizer::accumulate");
     ++micro_batches_;
 }
 

@@ -60,6 +60,26 @@ SlotOptimizer::SlotOptimizer(LearningRate learning_rate, Clipping clip)
     validate(clip_);
 }
 
+void accumulate_float32(std::vector<std::vector<float>>& sums, const std::vector<Tensor>& grads, std::string_view who) {
+    if (sums.empty()) {
+        sums.resize(grads.size());
+        for (std::size_t i = 0; i < grads.size(); ++i) sums[i].assign(grads[i].size(), 0.0f);
+    } else if (grads.size() != sums.size()) {
+        throw std::invalid_argument(std::string(who) + ": " + std::to_string(grads.size()) +
+                                    " gradients, the earlier micro-batches had " + std::to_string(sums.size()));
+    }
+    std::vector<float> wide;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (grads[i].size() != sums[i].size())
+            throw std::invalid_argument(std::string(who) + ": gradient " + std::to_string(i) + " is " +
+                                        grads[i].description() + ", earlier ones had " +
+                                        std::to_string(sums[i].size()) + " elements");
+        wide.resize(grads[i].size());
+        autodiff::widen(grads[i].raw(), grads[i].dtype(), wide.data(), wide.size());
+        for (std::size_t j = 0; j < wide.size(); ++j) sums[i][j] += wide[j];
+    }
+}
+
 bool Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& variables) {
     if (grads.size() != variables.size())
         throw std::invalid_argument("Optimizer::apply: " + std::to_string(grads.size()) + " gradients for " +

@@ -42,6 +42,11 @@ void validate(const Clipping& clip);
 /// Clips `grads` in place as `clip` says (norms are summed in double).
 void clip_gradients(const Clipping& clip, std::vector<std::vector<float>>& grads);
 
+/// Gradient accumulation's sum: adds each gradient, widened exactly to float32, into `sums` (one vector per
+/// variable; empty `sums` start at zero). std::invalid_argument, prefixed by `who`, when the number of
+/// gradients or a gradient's size differs from the earlier ones.
+void accumulate_float32(std::vector<std::vector<float>>& sums, const std::vector<Tensor>& grads, std::string_view who);
+
 /// The public members are virtual so that a decorator (amp::LossScaleOptimizer) can forward them.
 /// The interface every optimizer offers (SGD, Adam, AdamW, amp::LossScaleOptimizer, a user's own).
 class Optimizer {

@@ -2,7 +2,6 @@
 
 #include <mixprec/autodiff/ops_shape.hpp>
 #include <mixprec/autodiff/tape.hpp>
-#include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/models/training/detail/figures.hpp>
 #include <mixprec/optim/optimizer.hpp>
 
@@ -92,28 +91,22 @@ autodiff::Tensor stack(const std::vector<autodiff::Tensor>& parts) {
     return autodiff::concat(wide, 0);
 }
 
-/// The step of fit with accumulate_steps > 1: `batches` batches' gradients, averaged in float32, applied once.
+/// The step of fit with accumulate_steps > 1: its batches' gradients summed in float32, then averaged and
+/// applied once.
 class Accumulator {
   public:
     void add(const std::vector<autodiff::Tensor>& grads) {
-        sums_.resize(grads.size());
-        std::vector<float> wide;
-        for (std::size_t i = 0; i < grads.size(); ++i) {
-            wide.resize(grads[i].size());
-            autodiff::widen(grads[i].raw(), grads[i].dtype(), wide.data(), wide.size());
-            if (count_ == 0)
-                sums_[i] = wide;
-            else
-                for (std::size_t j = 0; j < wide.size(); ++j) sums_[i][j] += wide[j];
-        }
+        optim::accumulate_float32(sums_, grads, "fit");
         ++count_;
     }
     bool apply(optim::Optimizer& optimizer, const std::vector<Variable>& variables) {
         const float n = float(count_);
         for (std::vector<float>& g : sums_)
             for (float& v : g) v /= n;
+        const bool applied = optimizer.apply_float32(sums_, variables);
+        sums_.clear();
         count_ = 0;
-        return optimizer.apply_float32(sums_, variables);
+        return applied;
     }
 
   private:
