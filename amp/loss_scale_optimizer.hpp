@@ -79,6 +79,7 @@ class LossScaleOptimizer final : public optim::Optimizer {
     const optim::LearningRate& learning_rate() const override { return inner_->learning_rate(); }
     void set_learning_rate(optim::LearningRate lr) override { inner_->set_learning_rate(std::move(lr)); }
     std::vector<Slot> slots() const override { return inner_->slots(); }
+    std::vector<autodiff::Variable> slot_variables() const override { return inner_->slot_variables(); }
     std::string kind() const override { return "loss_scale(" + inner_->kind() + ")"; }
     void build(const std::vector<autodiff::Variable>& variables) override { inner_->build(variables); }
     bool built() const override { return inner_->built(); }
@@ -89,6 +90,7 @@ class LossScaleOptimizer final : public optim::Optimizer {
 
     /// The inner optimizer's state under this kind, with loss_scale_values(snapshot()) after its values.
     optim::OptimizerState state() const override;
+    using optim::Optimizer::state; // state(variables): the same, numbered among `variables`
     /// Checks the "loss_scale/…" values (loss_scale_snapshot), lets the inner optimizer load the rest
     /// (Optimizer::load_state), then takes the options, state and counters: all or nothing.
     void load_state(const optim::OptimizerState& state, const std::vector<autodiff::Variable>& variables) override;

@@ -19,6 +19,10 @@ class Variable {
     const std::string& name() const { return state_->name; }
     const Shape& shape() const { return state_->master.shape(); }
     bool trainable() const { return state_->trainable; }
+    /// Freezes (false) or unfreezes the variable, for every handle to it. A variable that is not trainable
+    /// is not watched by tapes that watch accessed variables, exactly as one created non-trainable; a tape
+    /// that watches it explicitly still differentiates it. Its master and working copy are unchanged.
+    void set_trainable(bool trainable) { state_->trainable = trainable; }
     /// Unique per variable (not per copy of the handle).
     std::uint64_t uid() const { return state_->uid; }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace mixprec::optim {
 
@@ -106,39 +107,68 @@ bool SlotOptimizer::apply_float32(std::vector<std::vector<float>>& grads, const 
             throw std::invalid_argument("Optimizer::apply: the gradient of variable " + quoted(variables[i]) + " has " +
                                         std::to_string(grads[i].size()) + " elements, the variable has " +
                                         std::to_string(variables[i].value().size()));
-    check_or_build(variables);
+    place(variables, "Optimizer::apply");
     clip_gradients(clip_, grads);
     const float lr = learning_rate_.at(iterations_);
     for (std::size_t i = 0; i < variables.size(); ++i) {
         Variable v = variables[i]; // a handle to the same variable; master_data() needs a non-const one
-        update(i, v.master_data(), grads[i], lr, iterations_ + 1);
+        update(positions_[i], v.master_data(), grads[i], lr, iterations_ + 1);
         v.mark_changed();
     }
     ++iterations_;
     return true;
 }
 
-void SlotOptimizer::build(const std::vector<Variable>& variables) { check_or_build(variables); }
+void SlotOptimizer::build(const std::vector<Variable>& variables) { place(variables, "Optimizer::build"); }
 
-void SlotOptimizer::check_or_build(const std::vector<Variable>& variables) {
+void SlotOptimizer::place(const std::vector<Variable>& variables, const char* who) {
+    constexpr std::size_t unseen = std::size_t(-1);
+    const auto twice = [&](std::size_t i) {
+        std::size_t first = 0;
+        while (!(variables[first] == variables[i])) ++first;
+        return std::invalid_argument(std::string(who) + ": variable " + quoted(variables[i]) +
+                                     " is passed twice (positions " + std::to_string(first) + " and " +
+                                     std::to_string(i) + ")");
+    };
+    // Check everything first: a refused call changes nothing (the marks in last_call_ are this call's own).
+    ++calls_;
+    positions_.resize(variables.size());
+    std::unordered_set<std::uint64_t> fresh; // uids of this call's unseen variables (none: no allocation)
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+        const Variable& v = variables[i];
+        const auto it = index_.find(v.uid());
+        if (it == index_.end()) {
+            if (!fresh.insert(v.uid()).second) throw twice(i);
+            positions_[i] = unseen;
+            continue;
+        }
+        const std::size_t p = it->second;
+        if (last_call_[p] == calls_) throw twice(i);
+        last_call_[p] = calls_;
+        if (v.value().size() != sizes_[p])
+            throw std::invalid_argument(std::string(who) + ": variable " + quoted(v) + " has " +
+                                        std::to_string(v.value().size()) + " elements, the optimizer's slots for it " +
+                                        "were made for " + std::to_string(sizes_[p]));
+        positions_[i] = p;
+    }
+    // Now change things: zero slots for the unseen variables, in the order of the call.
     if (!built_) {
         names_ = slot_names();
-        for (const Variable& v : variables) sizes_.push_back(v.value().size());
         slots_.assign(names_.size(), {});
-        for (auto& per_variable : slots_)
-            for (std::size_t n : sizes_) per_variable.emplace_back(n, 0.0f);
         built_ = true;
-        return;
     }
-    if (variables.size() != sizes_.size())
-        throw std::invalid_argument("Optimizer::apply: the optimizer was built for " + std::to_string(sizes_.size()) +
-                                    " variables, got " + std::to_string(variables.size()));
-    for (std::size_t i = 0; i < variables.size(); ++i)
-        if (variables[i].value().size() != sizes_[i])
-            throw std::invalid_argument("Optimizer::apply: variable " + std::to_string(i) + " " + quoted(variables[i]) +
-                                        " has " + std::to_string(variables[i].value().size()) +
-                                        " elements, the optimizer was built with " + std::to_string(sizes_[i]) +
-                                        " at that position");
+    if (fresh.empty()) return;
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+        if (positions_[i] != unseen) continue;
+        const Variable& v = variables[i];
+        const std::size_t p = variables_.size(), n = v.value().size();
+        variables_.push_back(v);
+        sizes_.push_back(n);
+        index_.emplace(v.uid(), p);
+        last_call_.push_back(calls_);
+        for (auto& per_variable : slots_) per_variable.emplace_back(n, 0.0f);
+        positions_[i] = p;
+    }
 }
 
 std::vector<Optimizer::Slot> SlotOptimizer::slots() const {
@@ -150,9 +180,12 @@ std::vector<Optimizer::Slot> SlotOptimizer::slots() const {
 
 std::span<float> SlotOptimizer::slot_data(std::string_view name, std::size_t variable) {
     const auto it = std::find(names_.begin(), names_.end(), name);
-    if (it == names_.end() || variable >= slots_[std::size_t(it - names_.begin())].size())
+    if (it == names_.end() || variable >= slots_[std::size_t(it - names_.begin())].size()) {
+        const std::string known =
+            built_ ? " (the optimizer knows " + std::to_string(variables_.size()) + " variables)" : " (not built yet)";
         throw std::invalid_argument("Optimizer::slot_data: no slot '" + std::string(name) + "' for variable " +
-                                    std::to_string(variable) + (built_ ? "" : " (not built yet)"));
+                                    std::to_string(variable) + known);
+    }
     return slots_[std::size_t(it - names_.begin())][variable];
 }
 

@@ -31,7 +31,8 @@ struct StateValue {
 /// The values of one slot of one variable.
 struct SlotState {
     std::string name;           ///< "momentum", "m", "v", "v_max"
-    std::uint64_t variable = 0; ///< position among the variables the optimizer is applied to
+    std::uint64_t variable = 0; ///< position of the slot's variable: in Optimizer::slot_variables() for
+                                ///< Optimizer::state(), in the list given to state(variables) and load_state
     std::vector<float> values;
     friend bool operator==(const SlotState&, const SlotState&) = default;
 };
@@ -40,7 +41,7 @@ struct OptimizerState {
     std::string kind;               ///< Optimizer::kind(): "sgd", "loss_scale(adam)", ...
     std::int64_t iterations = 0;    ///< applied steps (the learning-rate schedule's position)
     bool built = false;             ///< false: no step was taken and no slot exists yet
-    std::vector<SlotState> slots;   ///< every slot of every variable, in Optimizer::slots() order
+    std::vector<SlotState> slots;   ///< every slot of every variable that has slots, in Optimizer::slots() order
     std::vector<StateValue> values; ///< the optimizer's own named numbers, in the order it gives them
     friend bool operator==(const OptimizerState&, const OptimizerState&) = default;
 };

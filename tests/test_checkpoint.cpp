@@ -134,14 +134,20 @@ struct Run {
         }
         const Dtype dtype = config.mixed ? Dtype::float16 : Dtype::float32;
         const Tensor xt = Tensor::from_floats(Shape{batch, inputs}, xb, dtype);
+        std::vector<Variable> trainable; // all four, unless some are frozen (set_trainable(false))
+        for (const Variable& v : vars)
+            if (v.trainable()) trainable.push_back(v);
         autodiff::GradientTape tape;
         Tensor h = autodiff::relu(autodiff::dense(xt, vars[0].read(), vars[1].read()));
         h = autodiff::dropout(h, 0.25f, state.dropout_rng, true);
         const Tensor logits = autodiff::dense(h, vars[2].read(), vars[3].read());
         const Tensor loss = autodiff::sparse_categorical_crossentropy(yb, logits);
-        std::vector<Tensor> grads = tape.gradient(opt->scale_loss(loss), vars);
-        if (config.inf_steps.contains(state.step)) grads[2].set({1, 1}, INFINITY);
-        if (!opt->apply(grads, vars)) ++skipped;
+        std::vector<Tensor> grads = tape.gradient(opt->scale_loss(loss), trainable);
+        if (config.inf_steps.contains(state.step)) { // into layer2/kernel's gradient, which stays trainable
+            const auto at = std::find(trainable.begin(), trainable.end(), vars[2]) - trainable.begin();
+            grads.at(static_cast<std::size_t>(at)).set({1, 1}, INFINITY);
+        }
+        if (!opt->apply(grads, trainable)) ++skipped;
         state.epoch_loss_sum += static_cast<double>(loss.flat(0)) * batch;
         state.epoch_examples += static_cast<std::int64_t>(batch);
         ++state.step;
@@ -175,7 +181,8 @@ std::vector<std::uint8_t> float_bytes(std::span<const float> v) {
 /// Every bit a step can change, for bitwise comparison.
 struct Fingerprint {
     std::vector<std::vector<std::uint8_t>> masters, working, slots;
-    std::vector<std::string> slot_names;
+    std::vector<bool> trainable;
+    std::vector<std::string> slot_names; // "<slot>/<variable's name>"
     std::int64_t iterations = 0;
     bool built = false;
     std::vector<optim::StateValue> values; // a LossScaleOptimizer's options, scale and counters
@@ -186,14 +193,16 @@ struct Fingerprint {
 Fingerprint fingerprint(const Run& r) {
     Fingerprint f;
     for (const Variable& v : r.vars) {
+        f.trainable.push_back(v.trainable());
         f.masters.push_back(float_bytes(v.value().data<float>()));
         const Tensor w = v.read();
         const auto* p = static_cast<const std::uint8_t*>(w.raw());
         f.working.emplace_back(p, p + w.nbytes());
     }
+    const std::vector<Variable> own = r.opt->slot_variables();
     for (const auto& s : r.opt->slots()) {
         f.slots.push_back(float_bytes(s.values));
-        f.slot_names.push_back(s.name + "/" + std::to_string(s.variable));
+        f.slot_names.push_back(s.name + "/" + own.at(s.variable).name());
     }
     f.iterations = r.opt->iterations();
     f.built = r.opt->built();
@@ -520,6 +529,64 @@ BOOST_AUTO_TEST_CASE(resuming_without_the_training_state_differs) {
     BOOST_TEST(!(fingerprint(resumed).masters == fingerprint(straight).masters));
 }
 
+// Freezing while training: frozen variables leave the optimizer's list and keep their slots; the checkpoint
+// numbers the slots among all the variables and saves the flags. Loading into fresh variables (all trainable)
+// and a fresh optimizer restores the flags and each variable's slots, and the run goes on bit for bit,
+// through unfreezing (with a variable that gets its first slots then).
+BOOST_AUTO_TEST_CASE(a_run_with_frozen_variables_resumes_frozen_and_bit_identical) {
+    // layer2/bias frozen from the start, layer1 from step 3 (its slots kept), everything unfrozen at step 9.
+    const auto steps = [](Run& r, int n) {
+        for (int i = 0; i < n; ++i) {
+            if (r.state.step == 0) r.vars[3].set_trainable(false);
+            if (r.state.step == 3) r.vars[0].set_trainable(false), r.vars[1].set_trainable(false);
+            if (r.state.step == 9)
+                for (Variable& v : r.vars) v.set_trainable(true);
+            r.step();
+        }
+    };
+    const std::vector<std::pair<std::string, Config>> configs = {
+        {"adam mixed_float16", mixed_adam()}, // an overflow at step 5, while layer1 is frozen
+        {"sgd momentum float32", Config{.mixed = false, .adam = false}},
+    };
+    for (const auto& [name, config] : configs) {
+        BOOST_TEST_CONTEXT(name) {
+            Run straight(config, 1);
+            steps(straight, 13);
+            Run first(config, 1);
+            steps(first, 6);
+            const auto bytes = first.bytes();
+            const models::CheckpointInfo info = models::read_checkpoint_info(bytes);
+            std::vector<bool> flags;
+            for (const auto& v : info.variables) flags.push_back(v.trainable);
+            BOOST_TEST((flags == std::vector<bool>{false, false, true, false}));
+            BOOST_TEST(first.opt->slot_variables().size() == 3u); // layer2/bias was never applied
+
+            Run resumed(config, 1000); // other weights, everything trainable, a fresh optimizer
+            resumed.load_bytes(bytes);
+            BOOST_TEST((fingerprint(resumed) == fingerprint(first))); // flags and slots by variable too
+            const std::vector<Variable> own = resumed.opt->slot_variables();
+            BOOST_TEST_REQUIRE(own.size() == 3u);
+            for (std::size_t i = 0; i < 3; ++i) BOOST_TEST((own[i] == resumed.vars[i]));
+            steps(resumed, 7);
+            BOOST_TEST((fingerprint(resumed) == fingerprint(straight)));
+
+            // Into an optimizer built already for the same variables (two steps, layer2/bias still frozen).
+            Run built(config, 5);
+            steps(built, 2);
+            built.load_bytes(bytes);
+            BOOST_TEST((fingerprint(built) == fingerprint(first)));
+            // Not into one that has slots for other variables (layer2/bias too): refused, nothing changed.
+            Run other(config, 5);
+            other.steps(2);
+            const Fingerprint before = fingerprint(other);
+            BOOST_TEST(throws_with<checkpoint_error>(
+                [&] { other.load_bytes(bytes); },
+                {"the optimizer has slot", "of variable 3, the state has not (variable 'layer2/bias')"}));
+            BOOST_TEST((fingerprint(other) == before));
+        }
+    }
+}
+
 // ---- the Sequential overloads ----
 
 BOOST_AUTO_TEST_CASE(sequential_overloads_use_the_model_variables_and_policy) {
@@ -843,15 +910,21 @@ void check_fixture_loads(const fs::path& file) {
     namespace fx = checkpoint_fixture;
     std::vector<Variable> vars = fx::variables();
     for (Variable& v : vars) v.assign(Tensor(v.shape())); // zeros: the load must bring the values
-    const std::vector<Variable> trainable(vars.begin(), vars.begin() + 2);
+    vars[0].set_trainable(false);                         // the other way round: the load brings the flags
+    vars[2].set_trainable(true);
     // Default loss-scale options: the load brings the file's.
     amp::LossScaleOptimizer opt(std::make_unique<optim::Adam>(optim::Adam::Options{.amsgrad = true}));
     TrainingState state;
     models::load_checkpoint(file, vars, fx::policy, opt, &state);
 
     const std::vector<Variable> want = fx::variables();
-    for (std::size_t i = 0; i < vars.size(); ++i)
+    for (std::size_t i = 0; i < vars.size(); ++i) {
         BOOST_TEST(vars[i].value().to_floats() == want[i].value().to_floats(), tt::per_element());
+        BOOST_TEST(vars[i].trainable() == want[i].trainable(), vars[i].name());
+    }
+    const auto own = opt.slot_variables();
+    BOOST_TEST_REQUIRE(own.size() == 2u);
+    BOOST_TEST((own[0] == vars[0] && own[1] == vars[1]));
     const auto slots = opt.slots();
     BOOST_TEST(slots.size() == 6u); // m, v, v_max of the two trainable variables
     for (std::size_t s = 0; s < slots.size(); ++s)
@@ -872,6 +945,86 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_format_1_still_loads) {
     const fs::path file = fs::path(MIXPREC_FIXTURES) / "checkpoint_format1.ckpt";
     BOOST_TEST(models::read_checkpoint_info(file).format_version == 1u);
     check_fixture_loads(file);
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_format_2_still_loads) {
+    const fs::path file = fs::path(MIXPREC_FIXTURES) / "checkpoint_format2.ckpt";
+    BOOST_TEST(models::read_checkpoint_info(file).format_version == 2u);
+    check_fixture_loads(file);
+}
+
+namespace {
+
+/// A checkpoint of `run` with `optimizer` as given (its slots numbered as format `version` numbers them)
+/// under format `version`, written by hand as save_checkpoint writes it: files of older formats.
+std::vector<std::uint8_t> hand_made_checkpoint(std::uint32_t version, const Run& run,
+                                               const optim::OptimizerState& optimizer) {
+    models::CheckpointInfo info;
+    info.format_version = version;
+    info.mixprec_version = MIXPREC_VERSION_STRING;
+    info.policy = run.policy();
+    info.optimizer_kind = optimizer.kind;
+    info.iterations = optimizer.iterations;
+    info.has_training_state = true;
+    info.epoch = run.state.epoch;
+    info.step = run.state.step;
+    for (const Variable& v : run.vars) info.variables.push_back({v.name(), v.shape(), v.trainable()});
+    std::stringstream body;
+    {
+        cereal::PortableBinaryOutputArchive ar(body);
+        ar(info);
+        for (const Variable& v : run.vars) {
+            const auto values = v.value().data<float>();
+            ar(static_cast<std::uint64_t>(values.size()));
+            ar(cereal::binary_data(values.data(), values.size_bytes()));
+        }
+        ar(optimizer);
+        ar(run.state);
+    }
+    const std::string framed = "MXPCKPT\n" + std::string(prefix - 8, '\0') + body.str() + std::string(crc_size, '\0');
+    std::vector<std::uint8_t> out(framed.begin(), framed.end());
+    put<std::uint32_t>(out, 8, version);
+    reseal(out);
+    return out;
+}
+
+} // namespace
+
+// Format 2 numbered the slots among the variables that were trainable when the file was written. A file of
+// a run whose first layer was frozen from the start has slots for variables 2 and 3, numbered 0 and 1:
+// they load into the right variables, with the flags, and the run continues bit for bit.
+BOOST_AUTO_TEST_CASE(a_format_2_checkpoint_numbers_the_slots_among_the_trainable_variables) {
+    const Config config{.adam = true};
+    Run source(config, 1);
+    source.vars[0].set_trainable(false);
+    source.vars[1].set_trainable(false);
+    source.steps(3);
+    const optim::OptimizerState among_all = source.opt->state(source.vars);
+    // The hand writes what save_checkpoint writes.
+    BOOST_TEST((hand_made_checkpoint(models::checkpoint_format_version, source, among_all) == source.bytes()));
+    optim::OptimizerState among_trainable = among_all;
+    for (optim::SlotState& slot : among_trainable.slots) {
+        BOOST_REQUIRE(slot.variable >= 2u);
+        slot.variable -= 2;
+    }
+    const auto format2 = hand_made_checkpoint(2, source, among_trainable);
+    BOOST_TEST(models::read_checkpoint_info(format2).format_version == 2u);
+
+    Run resumed(config, 50); // other weights, everything trainable, a fresh optimizer
+    resumed.load_bytes(format2);
+    BOOST_TEST((fingerprint(resumed) == fingerprint(source)));
+    BOOST_TEST((resumed.opt->state(resumed.vars) == among_all));
+    source.steps(3);
+    resumed.steps(3);
+    BOOST_TEST((fingerprint(resumed) == fingerprint(source)));
+
+    // A slot beyond the trainable variables (not beyond all four) is refused.
+    optim::OptimizerState beyond = among_trainable;
+    beyond.slots[0].variable = 2;
+    Run target(config, 7);
+    target.steps(1);
+    BOOST_TEST(refused_with(target, hand_made_checkpoint(2, source, beyond),
+                            {"slot 'm' of trainable variable 2: the checkpoint has 2 trainable variables"}));
 }
 
 BOOST_AUTO_TEST_CASE(the_fixture_in_the_current_format_loads_the_same) {
@@ -910,10 +1063,6 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_for_another_model_optimizer_or_policy_is_refus
     BOOST_TEST(throws_with<checkpoint_error>(
         [&] { load(fewer, "mixed_float16", *target.opt, &target.state); },
         {"holds 4 variables", "has 3", "variable 3, 'layer2/bias' (3), is not in the model"}));
-    std::vector<Variable> frozen = target.vars;
-    frozen[3] = Variable(target.vars[3].value(), "layer2/bias", /*trainable=*/false);
-    BOOST_TEST(throws_with<checkpoint_error>([&] { load(frozen, "mixed_float16", *target.opt, &target.state); },
-                                             {"'layer2/bias' is trainable in the checkpoint"}));
     BOOST_TEST(throws_with<checkpoint_error>([&] { load(target.vars, "float32", *target.opt, &target.state); },
                                              {"policy 'mixed_float16'", "'float32'"}));
     optim::Adam plain_adam;
@@ -1102,6 +1251,7 @@ BOOST_AUTO_TEST_CASE(saving_an_optimizer_applied_to_other_variables_is_an_error)
     Run run(mixed_adam(), 1);
     run.steps(1);
     std::vector<Variable> other = {Variable(Tensor(Shape{2}), "x")};
-    BOOST_TEST(throws_with<std::invalid_argument>([&] { models::checkpoint_bytes(other, "mixed_float16", *run.opt); },
-                                                  {"slot 'm' of variable 0", "applied to other variables"}));
+    BOOST_TEST(throws_with<std::invalid_argument>(
+        [&] { models::checkpoint_bytes(other, "mixed_float16", *run.opt); },
+        {"applied to other variables", "has slots for variable 'layer1/kernel', which is not among the 1 variables"}));
 }

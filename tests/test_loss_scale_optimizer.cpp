@@ -409,3 +409,53 @@ BOOST_AUTO_TEST_CASE(load_state_refuses_bad_scaler_values_and_changes_nothing) {
     s.kind = "loss_scale(sgd)";
     BOOST_TEST(refused(s, {"'loss_scale(sgd)'", "'loss_scale(adam)'"}));
 }
+
+// Frozen variables through the loss scaler: the inner optimizer keeps slots per variable, a skipped step on a
+// subset changes nothing, slot_variables() and state(variables) read through, and load_state takes a subset.
+BOOST_AUTO_TEST_CASE(a_subset_of_the_variables_steps_and_the_others_keep_their_slots) {
+    amp::LossScaleOptimizer opt(adam_with_schedule(), {.initial_scale = 256, .growth_interval = 100});
+    auto vars = variables(Dtype::float16, 7); // w5, w17, w3
+    BOOST_TEST(opt.apply(gradients(vars, opt.scale(), Dtype::float16, 1), vars));
+    const std::vector<Variable> subset = {vars[2], vars[0]}; // w17 frozen, and another order
+    const auto w17_slots = [&] {
+        std::vector<std::vector<float>> out;
+        for (const auto& slot : opt.slots())
+            if (slot.variable == 1) out.emplace_back(slot.values.begin(), slot.values.end());
+        return out;
+    };
+    const auto kept = w17_slots();
+    const std::vector<float> kept_w17 = vars[1].value().to_floats();
+    auto grads = gradients(subset, opt.scale(), Dtype::float16, 2);
+    grads[1].set({1}, INFINITY);
+    const Snapshot before = snapshot(opt, vars);
+    BOOST_TEST(!opt.apply(grads, subset)); // skipped: nothing changes
+    BOOST_TEST((snapshot(opt, vars) == before));
+    BOOST_TEST(opt.apply(gradients(subset, opt.scale(), Dtype::float16, 3), subset));
+    BOOST_TEST(opt.iterations() == 2);
+    BOOST_TEST(w17_slots() == kept);
+    BOOST_TEST(same_bits(vars[1].value().to_floats(), kept_w17));
+
+    const std::vector<Variable> own = opt.slot_variables();
+    BOOST_TEST_REQUIRE(own.size() == 3u);
+    for (std::size_t i = 0; i < 3; ++i) BOOST_TEST((own[i] == vars[i]));
+    const std::vector<Variable> reversed = {vars[2], vars[1], vars[0]};
+    const optim::OptimizerState among_reversed = opt.state(reversed);
+    BOOST_TEST(among_reversed.kind == "loss_scale(adam)");
+    BOOST_TEST(among_reversed.values == opt.state().values);
+    BOOST_TEST_REQUIRE(among_reversed.slots.size() == 6u);
+    for (std::size_t k = 0; k < 6; ++k) BOOST_TEST(among_reversed.slots[k].variable == 2 - k % 3);
+
+    // A state whose slots name only w3 and w5 (w17 frozen since the start of the run that saved it).
+    amp::LossScaleOptimizer partial(adam_with_schedule());
+    auto copies = variables(Dtype::float16, 7);
+    partial.apply(gradients({copies[0], copies[2]}, partial.scale(), Dtype::float16, 4), {copies[0], copies[2]});
+    const optim::OptimizerState saved = partial.state(copies);
+    amp::LossScaleOptimizer restored(adam_with_schedule());
+    auto others = variables(Dtype::float16, 7);
+    restored.load_state(saved, others);
+    const std::vector<Variable> restored_own = restored.slot_variables();
+    BOOST_TEST_REQUIRE(restored_own.size() == 2u);
+    BOOST_TEST((restored_own[0] == others[0] && restored_own[1] == others[2]));
+    BOOST_TEST((restored.state(others) == saved));
+    BOOST_TEST(restored.scale() == partial.scale());
+}

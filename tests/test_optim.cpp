@@ -3,6 +3,7 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -425,13 +426,251 @@ BOOST_AUTO_TEST_CASE(mismatched_counts_and_sizes) {
     BOOST_TEST(contains(size, "variable 'b' has 1 elements, the variable has 2"));
     BOOST_TEST(opt.iterations() == 0);
 
-    opt.apply(step_gradients(0), vars); // builds for (3, 2)
+    opt.apply(step_gradients(0), vars);
+    // Later calls may pass other variables (layers are frozen and unfrozen): each has slots of its own.
     std::vector<Variable> other{Variable(vec({1, 2, 3}), "a"), Variable(vec({1, 2, 3, 4}), "c")};
-    const std::string later = message_of([&] { opt.apply({vec({1, 2, 3}), vec({1, 2, 3, 4})}, other); });
-    BOOST_TEST(contains(later, "'c' has 4 elements"));
-    BOOST_TEST(contains(later, "built with 2"));
-    BOOST_TEST(contains(message_of([&] { opt.apply({vec({1, 2, 3})}, {vars[0]}); }), "built for 2 variables, got 1"));
-    BOOST_TEST(opt.iterations() == 1);
+    BOOST_TEST(opt.apply({vec({1, 2, 3}), vec({1, 2, 3, 4})}, other));
+    BOOST_TEST(opt.apply({vec({1, 2, 3})}, {vars[0]}));
+    BOOST_TEST(opt.iterations() == 3);
+    BOOST_TEST(opt.slot_variables().size() == 4u);
+}
+
+namespace {
+
+/// A deterministic gradient for element `e` of variable `i` at step `k`.
+Tensor gradient_of(const Variable& v, std::size_t i, std::size_t k) {
+    std::vector<float> g(v.value().size());
+    for (std::size_t e = 0; e < g.size(); ++e) g[e] = 0.125f * float((k * 7 + i * 3 + e * 5) % 11) - 0.6f;
+    return vec(g);
+}
+
+std::vector<Variable> four_variables() {
+    return {Variable(vec({0.5f, -1.25f, 2.0f}), "a"), Variable(vec({0.75f, -0.3f}), "b"), Variable(vec({1.5f}), "c"),
+            Variable(vec({-0.25f, 0.5f, 1.0f, 0.125f}), "d")};
+}
+
+/// The values of every slot of variable `v` in `opt`, slot by slot (empty if it has none).
+std::vector<std::vector<float>> slots_of(const Optimizer& opt, const Variable& v) {
+    const std::vector<Variable> own = opt.slot_variables();
+    std::vector<std::vector<float>> out;
+    for (const auto& slot : opt.slots())
+        if (own.at(slot.variable) == v) out.emplace_back(slot.values.begin(), slot.values.end());
+    return out;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+} // namespace
+
+// Freezing changes the list of variables from step to step. Each variable's slots are its own: one left out
+// keeps its weights and slots bit for bit, one that comes back continues from its old moments, and one seen
+// for the first time starts from zero slots, in any order of the list. The reference steps each variable
+// with a single-variable Adam of its own, set to the optimizer's step count first: the learning rate and
+// the bias correction follow the optimizer's steps (Keras), not the variable's (PyTorch).
+BOOST_AUTO_TEST_CASE(slots_follow_each_variable_when_the_list_of_variables_changes) {
+    const auto options = [] {
+        return Adam::Options{.learning_rate = std::make_shared<ExponentialDecay>(
+                                 ExponentialDecay::Options{.initial = 0.05f, .decay_steps = 2, .decay_rate = 0.5f}),
+                             .amsgrad = true};
+    };
+    std::vector<Variable> vars = four_variables(), ref_vars = four_variables();
+    Adam opt(options());
+    std::vector<std::unique_ptr<Adam>> refs;
+    for (std::size_t i = 0; i < 4; ++i) refs.push_back(std::make_unique<Adam>(options()));
+    const std::vector<std::vector<std::size_t>> lists = {
+        {0, 1, 2},    {0, 1, 2}, // a, b, c
+        {1, 2},                  // a frozen
+        {1, 3, 2},    {2, 1, 3}, // d appears, in the middle of the list
+        {0, 1, 2, 3},            // a comes back
+        {3, 0, 2, 1},            // another order
+    };
+    for (std::size_t k = 0; k < lists.size(); ++k) {
+        BOOST_TEST_CONTEXT("step " << k + 1) {
+            std::vector<Tensor> grads;
+            std::vector<Variable> list;
+            for (std::size_t i : lists[k]) {
+                grads.push_back(gradient_of(vars[i], i, k));
+                list.push_back(vars[i]);
+            }
+            std::vector<std::vector<std::vector<float>>> slots_before;
+            std::vector<std::vector<float>> weights_before;
+            for (const Variable& v : vars) {
+                slots_before.push_back(slots_of(opt, v));
+                weights_before.push_back(v.value().to_floats());
+            }
+            BOOST_TEST(opt.apply(grads, list));
+            for (std::size_t i : lists[k]) {
+                refs[i]->set_iterations(std::int64_t(k));
+                refs[i]->apply({gradient_of(ref_vars[i], i, k)}, {ref_vars[i]});
+            }
+            for (std::size_t i = 0; i < 4; ++i) {
+                BOOST_TEST_CONTEXT("variable " << vars[i].name()) {
+                    BOOST_TEST(same_bits(vars[i].value().to_floats(), ref_vars[i].value().to_floats()));
+                    const auto mine = slots_of(opt, vars[i]), theirs = slots_of(*refs[i], ref_vars[i]);
+                    BOOST_TEST_REQUIRE(mine.size() == theirs.size()); // 3 (m, v, v_max), or 0 before first seen
+                    for (std::size_t s = 0; s < mine.size(); ++s) BOOST_TEST(same_bits(mine[s], theirs[s]));
+                    if (std::find(lists[k].begin(), lists[k].end(), i) == lists[k].end()) {
+                        BOOST_TEST(same_bits(vars[i].value().to_floats(), weights_before[i])); // left alone
+                        BOOST_TEST_REQUIRE(mine.size() == slots_before[i].size());
+                        for (std::size_t s = 0; s < mine.size(); ++s)
+                            BOOST_TEST(same_bits(mine[s], slots_before[i][s]));
+                    }
+                }
+            }
+        }
+    }
+    BOOST_TEST(opt.iterations() == 7);
+    const std::vector<Variable> own = opt.slot_variables(); // in the order first seen
+    BOOST_TEST_REQUIRE(own.size() == 4u);
+    for (std::size_t i = 0; i < 4; ++i) BOOST_TEST((own[i] == vars[i]));
+    BOOST_TEST(opt.slots().size() == 12u); // m, v, v_max of four variables
+}
+
+// A variable passed twice is refused; a refused call changes nothing, not even the slots of a variable it
+// would have been the first to pass.
+BOOST_AUTO_TEST_CASE(a_variable_passed_twice_is_refused_and_a_refused_call_changes_nothing) {
+    auto vars = make_variables();
+    Adam opt;
+    opt.apply(step_gradients(0), vars);
+    const OptimizerState before = opt.state();
+    const std::vector<float> w = weights(vars);
+    Variable c(vec({1, 2}), "c");
+    const auto unchanged = [&] {
+        BOOST_TEST((opt.state() == before));
+        BOOST_TEST(weights(vars) == w, tt::per_element());
+        BOOST_TEST(c.value().to_floats() == std::vector<float>({1, 2}), tt::per_element());
+        BOOST_TEST(opt.slot_variables().size() == 2u);
+    };
+    const Tensor gb = vec({0.5f, 0.5f});
+    std::string message = message_of([&] { opt.apply({gb, gb, gb}, {c, vars[1], vars[1]}); });
+    BOOST_TEST(contains(message, "Optimizer::apply: variable 'b' is passed twice (positions 1 and 2)"), message);
+    unchanged();
+    message = message_of([&] { opt.apply({gb, gb, gb}, {vars[1], c, c}); });
+    BOOST_TEST(contains(message, "variable 'c' is passed twice (positions 1 and 2)"), message);
+    unchanged();
+    message = message_of([&] { opt.build({c, vars[0], c}); });
+    BOOST_TEST(contains(message, "Optimizer::build: variable 'c' is passed twice (positions 0 and 2)"), message);
+    unchanged();
+    message = message_of([&] { opt.apply({gb, vec({1, 2, 3})}, {c, vars[1]}); }); // b's gradient has 3 elements
+    BOOST_TEST(contains(message, "the gradient of variable 'b' has shape (3), the variable has shape (2)"), message);
+    std::vector<std::vector<float>> wide = {{0.5f, 0.5f}, {1, 2, 3}};
+    message = message_of([&] { opt.apply_float32(wide, {c, vars[1]}); });
+    BOOST_TEST(contains(message, "the gradient of variable 'b' has 3 elements, the variable has 2"), message);
+    unchanged();
+    // A Variable's shape is fixed for its life (assign checks it), so a known variable never changes its
+    // element count; the state of an optimizer can still claim another one, and is refused naming both.
+    OptimizerState wrong = before;
+    wrong.slots[0].values.push_back(0.0f);
+    message = message_of([&] { opt.load_state(wrong, vars); });
+    BOOST_TEST(contains(message, "slot 'm' of variable 0 has 4 values, variable 'a' 3"), message);
+    unchanged();
+    // And the call that was refused goes through once it is right: c gets zero slots, then its step.
+    BOOST_TEST(opt.apply({gb, gb}, {c, vars[1]}));
+    BOOST_TEST(opt.slot_variables().size() == 3u);
+    BOOST_TEST((opt.slot_variables()[2] == c));
+}
+
+// state(variables) numbers the slots among the variables given (what checkpoints save, with all the
+// model's variables), and load_state takes that back for a subset: slots exactly for the variables that had
+// them, each variable's values by identity.
+BOOST_AUTO_TEST_CASE(state_among_given_variables_round_trips_with_a_subset) {
+    std::vector<Variable> vars = four_variables();
+    Adam opt({.learning_rate = 0.01f});
+    // a is frozen from the start, d is frozen later: slots for d, c, b (in the order first seen).
+    opt.apply({gradient_of(vars[3], 3, 0), gradient_of(vars[2], 2, 0)}, {vars[3], vars[2]});
+    opt.apply({gradient_of(vars[1], 1, 1), gradient_of(vars[2], 2, 1)}, {vars[1], vars[2]});
+    const OptimizerState own = opt.state();
+    const OptimizerState saved = opt.state(vars);
+    BOOST_TEST_REQUIRE(saved.slots.size() == 6u);
+    const std::vector<std::uint64_t> positions = {3, 2, 1, 3, 2, 1}; // m of d, c, b, then v
+    for (std::size_t k = 0; k < 6; ++k) {
+        BOOST_TEST(saved.slots[k].variable == positions[k]);
+        BOOST_TEST(own.slots[k].variable == k % 3);
+        BOOST_TEST(saved.slots[k].values == own.slots[k].values, tt::per_element());
+    }
+    std::string message = message_of([&] { (void)opt.state({vars[0], vars[1], vars[3]}); });
+    BOOST_TEST(contains(message, "Optimizer::state: the optimizer has slots for variable 'c', which is not among "
+                                 "the 3 variables given"),
+               message);
+
+    // Into a fresh optimizer for copies of all four: slots for the copies of b, c and d only.
+    std::vector<Variable> copies = four_variables();
+    for (std::size_t i = 0; i < 4; ++i) copies[i].assign(vars[i].value());
+    Adam restored({.learning_rate = 0.01f});
+    restored.load_state(saved, copies);
+    const std::vector<Variable> restored_own = restored.slot_variables();
+    BOOST_TEST_REQUIRE(restored_own.size() == 3u);
+    BOOST_TEST((restored_own[0] == copies[3] && restored_own[1] == copies[2] && restored_own[2] == copies[1]));
+    BOOST_TEST((restored.state() == own));
+    BOOST_TEST((restored.state(copies) == saved));
+    // Both continue the same, a joining with zero slots and d coming back to its moments.
+    for (std::size_t k = 2; k < 4; ++k) {
+        std::vector<Tensor> grads, copy_grads;
+        for (std::size_t i = 0; i < 4; ++i) {
+            grads.push_back(gradient_of(vars[i], i, k));
+            copy_grads.push_back(gradient_of(copies[i], i, k));
+        }
+        opt.apply(grads, vars);
+        restored.apply(copy_grads, copies);
+        BOOST_TEST(weights(copies) == weights(vars), tt::per_element());
+        BOOST_TEST((restored.state(copies) == opt.state(vars)));
+    }
+
+    // An optimizer built already must have slots for exactly the variables the state names.
+    const auto refused = [&](Adam& target, const std::vector<Variable>& list, const std::string& part) {
+        const OptimizerState before = target.state();
+        const std::string m = message_of([&] { target.load_state(saved, list); });
+        BOOST_TEST((target.state() == before));
+        BOOST_TEST(contains(m, part), m);
+    };
+    Adam all({.learning_rate = 0.01f});
+    std::vector<Tensor> zero_grads;
+    for (const Variable& v : copies) zero_grads.push_back(Tensor(v.shape()));
+    all.apply(zero_grads, copies);
+    refused(all, copies, "the optimizer has slot 'm' of variable 0, the state has not (variable 'a')");
+    Adam fewer({.learning_rate = 0.01f});
+    fewer.apply({zero_grads[1], zero_grads[2]}, {copies[1], copies[2]});
+    refused(fewer, copies, "the state has slot 'm' of variable 3, the optimizer has not (variable 'd')");
+    Adam stranger({.learning_rate = 0.01f});
+    Variable x(vec({1.0f}), "x");
+    stranger.apply({vec({0.5f})}, {x});
+    refused(stranger, copies, "the optimizer has slots for variable 'x', which is not among the 4 variables given");
+    // Two positions of one variable, both with slots.
+    OptimizerState twice = saved;
+    for (const SlotState& slot : saved.slots)
+        if (slot.variable == 1) twice.slots.push_back({slot.name, 4, slot.values});
+    std::vector<Variable> with_b_twice = copies;
+    with_b_twice.push_back(copies[1]);
+    Adam unbuilt({.learning_rate = 0.01f});
+    message = message_of([&] { unbuilt.load_state(twice, with_b_twice); });
+    BOOST_TEST(contains(message, "variables 1 and 4 are the same variable 'b'"), message);
+    BOOST_TEST(!unbuilt.built());
+}
+
+// SGD with and without momentum: a state with momentum slots does not fit an SGD without momentum. A state
+// without slots names no variable: it fits an SGD with momentum that has no slots yet (its slots then
+// start at zero as each variable comes, as they would for a variable never seen), not one that has slots.
+BOOST_AUTO_TEST_CASE(sgd_states_with_and_without_momentum) {
+    auto vars = make_variables();
+    SGD with({.momentum = 0.9f}), without;
+    with.apply(step_gradients(0), vars);
+    without.apply(step_gradients(0), vars);
+    SGD plain;
+    std::string message = message_of([&] { plain.load_state(with.state(vars), vars); });
+    BOOST_TEST(contains(message, "the state has slot 'momentum' of variable 0, the optimizer has not"), message);
+    BOOST_TEST(plain.built()); // left built without slots (SGD without momentum has none), as documented
+    BOOST_TEST(plain.iterations() == 0);
+    SGD fresh({.momentum = 0.9f});
+    fresh.load_state(without.state(vars), vars);
+    BOOST_TEST(fresh.built());
+    BOOST_TEST(fresh.slots().empty());
+    BOOST_TEST(fresh.iterations() == 1);
+    const OptimizerState before = with.state();
+    message = message_of([&] { with.load_state(without.state(vars), vars); });
+    BOOST_TEST(contains(message, "the optimizer has slot 'momentum' of variable 0, the state has not"), message);
+    BOOST_TEST((with.state() == before));
 }
 
 BOOST_AUTO_TEST_CASE(option_validation) {

@@ -104,34 +104,31 @@ struct Body {
     std::optional<TrainingState> state;
 };
 
-std::vector<Variable> trainable_of(const std::vector<Variable>& variables) {
-    std::vector<Variable> trainable;
-    for (const Variable& v : variables)
-        if (v.trainable()) trainable.push_back(v);
-    return trainable;
-}
-
-/// Throws std::invalid_argument unless every slot of `saved` fits the trainable variables.
-void check_slots_fit(const optim::OptimizerState& saved, const std::vector<Variable>& trainable) {
-    for (const optim::SlotState& slot : saved.slots) {
-        std::string where = "save_checkpoint: the optimizer's slot ";
-        where += in_quotes(slot.name) + " of variable " + std::to_string(slot.variable);
+/// Formats 1 and 2 numbered the optimizer's slots among the variables that were trainable when the file was
+/// written; renumbers them among all the variables, as format 3 numbers them.
+void number_among_all(optim::OptimizerState& optimizer, const std::vector<VariableInfo>& variables) {
+    std::vector<std::uint64_t> trainable; // position among all of each trainable variable
+    for (std::size_t i = 0; i < variables.size(); ++i)
+        if (variables[i].trainable) trainable.push_back(i);
+    for (optim::SlotState& slot : optimizer.slots) {
         if (slot.variable >= trainable.size())
-            throw std::invalid_argument(where + ", but there are only " + std::to_string(trainable.size()) +
-                                        " trainable variables: was the optimizer applied to other variables?");
-        const Variable& v = trainable[slot.variable];
-        if (slot.values.size() != v.value().size())
-            throw std::invalid_argument(where + " has " + std::to_string(slot.values.size()) +
-                                        " values, but trainable variable " + in_quotes(v.name()) + " has " +
-                                        std::to_string(v.value().size()) +
-                                        " elements: was the optimizer applied to other variables?");
+            fail("the optimizer's slot " + in_quotes(slot.name) + " of trainable variable " +
+                 std::to_string(slot.variable) + ": the checkpoint has " + std::to_string(trainable.size()) +
+                 " trainable variables");
+        slot.variable = trainable[slot.variable];
     }
 }
 
 std::vector<std::uint8_t> encode(const std::vector<Variable>& variables, std::string_view policy,
                                  const optim::Optimizer& optimizer, const TrainingState* state) {
-    const optim::OptimizerState saved = optimizer.state();
-    check_slots_fit(saved, trainable_of(variables));
+    optim::OptimizerState saved;
+    try {
+        saved = optimizer.state(variables);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("save_checkpoint: the optimizer's slots do not fit the variables to "
+                                                "save (was the optimizer applied to other variables?): ") +
+                                    e.what());
+    }
 
     CheckpointInfo info;
     info.mixprec_version = MIXPREC_VERSION_STRING;
@@ -233,6 +230,7 @@ Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool hea
         fail("the header says epoch " + std::to_string(info.epoch) + " step " + std::to_string(info.step) +
              ", the training state epoch " + std::to_string(body.state->epoch) + " step " +
              std::to_string(body.state->step));
+    if (version < 3) number_among_all(body.optimizer, info.variables);
     return body;
 }
 
@@ -256,9 +254,6 @@ void check_model(const CheckpointInfo& info, const std::vector<Variable>& variab
         if (saved.shape != v.shape())
             fail(where + in_quotes(v.name()) + " has shape " + saved.shape.to_string() + " in the checkpoint, " +
                  v.shape().to_string() + " in the model" + count_note);
-        if (saved.trainable != v.trainable())
-            fail(where + in_quotes(v.name()) + " is " + (saved.trainable ? "trainable" : "not trainable") +
-                 " in the checkpoint, " + (v.trainable() ? "trainable" : "not trainable") + " in the model");
     }
     if (info.variables.size() > common)
         fail(counts + ": variable " + std::to_string(common) + ", " + described(info.variables[common]) +
@@ -286,15 +281,17 @@ void load_from(std::span<const std::uint8_t> bytes, const std::vector<Variable>&
         decode(bytes, version, false, [&](const CheckpointInfo& info) { check_model(info, variables, policy); });
     if (state && !body.state) fail("the checkpoint holds no training state");
     // Everything matched: now change things, the optimizer first (it checks before it changes anything, and
-    // nothing after it can fail).
+    // nothing after it can fail). Its slots are numbered among all the variables (decode renumbered older
+    // formats'), so the trainable flags the model has now do not matter.
     try {
-        optimizer.load_state(body.optimizer, trainable_of(variables));
+        optimizer.load_state(body.optimizer, variables);
     } catch (const std::invalid_argument& e) {
         fail(std::string("the optimizer's state does not fit: ") + e.what());
     }
     for (std::size_t i = 0; i < variables.size(); ++i) {
         Variable v = variables[i];
         v.assign(autodiff::Tensor::from_floats(v.shape(), body.masters[i]));
+        v.set_trainable(body.info.variables[i].trainable); // a run that froze layers resumes frozen
     }
     if (state) *state = *body.state;
 }

@@ -16,8 +16,9 @@
 ///   offset 20+B uint32    CRC-32C of every byte before it
 ///
 /// The body begins with a small header (CheckpointInfo: mixprec version, policy, optimizer kind, variable
-/// names and shapes) that read_checkpoint_info returns without touching a model. The optimizer is saved
-/// as Optimizer::state() gives it and restored by Optimizer::load_state, whatever optimizer it is.
+/// names, shapes and trainable flags) that read_checkpoint_info returns without touching a model. The
+/// optimizer is saved as Optimizer::state(variables) gives it for all the variables (its slots numbered
+/// among all of them, trainable or frozen) and restored by Optimizer::load_state, whatever optimizer it is.
 ///
 /// Writing is atomic: the file is written to "<path>.tmp" in the same directory, flushed to disk (fsync of
 /// the file, then of the directory) and renamed over `path`; a crash at any moment leaves the old file or
@@ -59,7 +60,9 @@ class checkpoint_error : public std::runtime_error {
 ///   1  mixprec 0.1.0
 ///   2  mixprec 0.2.0: every struct carries a version of its own; the optimizer is saved as
 ///      Optimizer::state() gives it, a LossScaleOptimizer's scale and counters among its named values
-inline constexpr std::uint32_t checkpoint_format_version = 2;
+///   3  mixprec 0.4.0: the optimizer's slots are numbered among all the variables (format 2 numbered them
+///      among the trainable ones); the trainable flags are restored on load
+inline constexpr std::uint32_t checkpoint_format_version = 3;
 /// Larger files are refused before they are read.
 inline constexpr std::uint64_t max_checkpoint_bytes = std::uint64_t{4} << 30; // 4 GiB
 
@@ -98,18 +101,19 @@ struct SaveOptions {
 };
 
 /// Writes a checkpoint of `variables` (all of them: names, shapes, trainable flags, float32 masters),
-/// computed under dtype policy `policy`, with `optimizer` and, if given, `state`. The optimizer works on
-/// the trainable variables among `variables`, in order (as Sequential::trainable_variables()).
-/// Atomic, as the file comment says. std::invalid_argument for keep_last == 0 or an optimizer whose slots
-/// do not fit the trainable variables; checkpoint_error naming the path and the system's reason when the
-/// file cannot be written (the previous file is then left as it was, and no temporary file remains).
+/// computed under dtype policy `policy`, with `optimizer` and, if given, `state`. The optimizer may have
+/// been applied to any of `variables` (those trainable at each step, as Sequential::trainable_variables()
+/// gives them; a variable frozen now keeps its slots). Atomic, as the file comment says.
+/// std::invalid_argument for keep_last == 0 or an optimizer that has slots for a variable not among
+/// `variables` (naming it); checkpoint_error naming the path and the system's reason when the file cannot
+/// be written (the previous file is then left as it was, and no temporary file remains).
 void save_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                      std::string_view policy, const optim::Optimizer& optimizer, const TrainingState* state = nullptr,
                      SaveOptions options = {});
 
 /// Restores `variables`, `optimizer` and, if given, `state` from the checkpoint at `path`. The checkpoint
-/// must have been written for the same variables (names, shapes and trainable flags, in order), under the
-/// same policy, for an optimizer of the same kind, and must hold a training state if `state` is given;
+/// must have been written for the same variables (names and shapes, in order), under the same policy, for
+/// an optimizer of the same kind, and must hold a training state if `state` is given;
 /// otherwise checkpoint_error says what differs: the first variable that differs, by position, with its
 /// name and shape on both sides (and both variable counts when they differ, naming the first variable
 /// that only one side has); both policies; both optimizer kinds. The variables are compared with the
@@ -117,6 +121,8 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<autodi
 /// Also checkpoint_error for a file that is missing, unreadable, larger than max_checkpoint_bytes, of a
 /// newer format version, damaged (checksum) or malformed. On any error nothing is changed (see
 /// Optimizer::load_state for the one exception: an unbuilt optimizer may be left built with zero slots).
+/// Each variable's trainable flag is set as the checkpoint has it, whatever it is in the model, so that a
+/// run that froze layers resumes frozen; the optimizer gets slots for exactly the variables that had them.
 /// Working copies are re-derived from the restored masters on their next read.
 void load_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                      std::string_view policy, optim::Optimizer& optimizer, TrainingState* state = nullptr);
