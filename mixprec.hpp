@@ -62,6 +62,7 @@
 #include <mixprec/models/training/csv_logger.hpp>
 #include <mixprec/models/training/fit.hpp>
 #include <mixprec/models/training/learning_rate_scheduler.hpp>
+#include <mixprec/models/training/model.hpp>
 #include <mixprec/models/training/model_checkpoint.hpp>
 #include <mixprec/models/training/monitor.hpp>
 #include <mixprec/models/training/sequential.hpp>

@@ -1,6 +1,6 @@
 # Sources of mixprec::models, one folder per concern, each including only from the folders below it:
-# layers/ and data/ (on autodiff, optim, amp), io/ (checkpoint files), then training/ (Sequential, the
-# built-in models, the fit loop and its callbacks, checkpoints of a Sequential).
+# layers/ and data/ (on autodiff, optim, amp), io/ (checkpoint files), then training/ (Model, Sequential, the
+# built-in models, the fit loop and its callbacks, checkpoints of a model).
 target_sources(mixprec PRIVATE
   models/layers/layer.cpp
   models/layers/initializers.cpp
@@ -21,6 +21,7 @@ target_sources(mixprec PRIVATE
   models/io/safetensors.cpp
   models/io/weights.cpp
   models/io/crc32c.cpp
+  models/training/model.cpp
   models/training/sequential.cpp
   models/training/zoo.cpp
   models/training/vit.cpp

@@ -11,6 +11,7 @@
 #include <mixprec/optim/adam.hpp>
 #include <mixprec/optim/sgd.hpp>
 
+#include "blobs.hpp"
 #include "op_checks.hpp"
 
 #include <cmath>
@@ -21,23 +22,9 @@
 using namespace mixprec;
 using autodiff::Shape;
 using autodiff::Tensor;
+using test_data::blobs;
 
 namespace {
-
-/// Three Gaussian blobs in 8 dimensions, one per class: easy to separate, so a small model must learn them.
-models::TensorDataset blobs(std::size_t n, std::uint64_t seed) {
-    autodiff::Rng rng(seed);
-    std::vector<float> x(n * 8);
-    std::vector<std::int32_t> y(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        y[i] = static_cast<std::int32_t>(rng() % 3);
-        for (std::size_t j = 0; j < 8; ++j) {
-            const float centre = (j % 3 == std::size_t(y[i])) ? 2.0f : 0.0f;
-            x[i * 8 + j] = centre + (rng.uniform() - 0.5f);
-        }
-    }
-    return models::TensorDataset(Tensor::from_floats(Shape{n, 8}, x), std::move(y));
-}
 
 models::Sequential small_model(float dropout = 0.0f) {
     models::Sequential model;

@@ -4,6 +4,8 @@
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
 
+#include <algorithm>
+#include <span>
 #include <stdexcept>
 
 namespace mixprec::models {
@@ -38,8 +40,27 @@ Shape Layer::build(const Shape& input_shape, Rng& init_rng) {
     return output_shape_;
 }
 
+namespace {
+
+/// x's example shape: its shape without the batch axis (empty for a scalar).
+Shape example_shape_of(const Tensor& x) {
+    if (x.rank() == 0) return Shape{};
+    return Shape(std::span<const std::size_t>(x.shape().begin() + 1, x.rank() - 1));
+}
+
+} // namespace
+
 Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
-    if (!built_) throw std::logic_error("layer '" + name_ + "' is called before it is built");
+    if (!built_) {
+        if (!context.building)
+            throw std::logic_error("layer '" + name_ + "' is called before it is built; build it, or the model");
+        const auto& tracked = context.building->tracked;
+        if (std::find(tracked.begin(), tracked.end(), this) == tracked.end())
+            throw std::logic_error("layer '" + name_ + "' (" + kind() +
+                                   ") is called by the model but is not one of its layers, so it would never be "
+                                   "trained or saved: create it with the model's track()");
+        build(example_shape_of(x), context.building->init_rng);
+    }
     detail::check_batch(*this, input_shape_, x.shape());
     const autodiff::Dtype compute = policy().compute_dtype();
     if (keeps_input_dtype() || x.dtype() == compute) return forward(x, context);
@@ -53,9 +74,20 @@ std::size_t Layer::count_params() const {
 }
 
 Variable Layer::make_variable(const Tensor& initial, const std::string& name, bool trainable) const {
-    Variable v(initial, name_ + "/" + name, trainable);
+    Variable v(initial, name_ + "/" + name, trainable && trainable_);
     v.set_working_dtype(policy().compute_dtype());
+    if (trainable) made_trainable_.push_back(v);
     return v;
+}
+
+bool Layer::trainable() const {
+    if (made_trainable_.empty()) return trainable_;
+    return std::any_of(made_trainable_.begin(), made_trainable_.end(), [](const Variable& v) { return v.trainable(); });
+}
+
+void Layer::set_trainable(bool trainable) {
+    trainable_ = trainable;
+    for (Variable& v : made_trainable_) v.set_trainable(trainable);
 }
 
 } // namespace mixprec::models

@@ -30,10 +30,21 @@ using autodiff::Variable;
 /// A pair of spatial sizes: (rows, columns).
 using Size2 = std::array<std::size_t, 2>;
 
+class Layer;
+
+/// While a Model builds (Model::build runs its call() once on a batch of one example), the layers it
+/// tracks and the generator their initial values come from: a tracked layer that is not built yet builds
+/// itself on its first call, for the examples it is called on, as in Keras.
+struct BuildScope {
+    Rng& init_rng;
+    std::vector<const Layer*> tracked; ///< the model's layers; calling any other unbuilt layer is an error
+};
+
 /// What a call needs besides its input.
 struct CallContext {
-    bool training = false;      ///< dropout is active only when training
-    Rng* dropout_rng = nullptr; ///< required by Dropout when training
+    bool training = false;          ///< dropout is active only when training
+    Rng* dropout_rng = nullptr;     ///< required by Dropout when training
+    BuildScope* building = nullptr; ///< set by Model::build only
 };
 
 class Layer {
@@ -59,10 +70,20 @@ class Layer {
     const Shape& input_shape() const { return input_shape_; }
     const Shape& output_shape() const { return output_shape_; }
 
+    /// Whether training changes this layer's variables (Keras's `layer.trainable`). set_trainable(false)
+    /// freezes the layer: its variables stop being trainable, so they leave the model's
+    /// trainable_variables() (fit and the optimizer leave them alone; the optimizer keeps their slots) and
+    /// tapes stop watching them; set_trainable(true) unfreezes them. Before build, it applies to the
+    /// variables build creates. A variable a layer creates non-trainable stays so either way.
+    /// Checkpoints save each variable's flag and load_checkpoint restores it.
+    bool trainable() const;
+    void set_trainable(bool trainable);
+
     /// Forward pass on a batch (batch axis first): checks that x is a batch of examples of the built shape
     /// (shape_error naming the layer, the example shape, the rank and shape a batch of them has, and x's
     /// shape and rank; "add the batch axis" when x is one example without it), casts a floating input to
-    /// the compute dtype, then calls forward().
+    /// the compute dtype, then calls forward(). A layer not built yet builds itself for x's examples when the
+    /// context carries a BuildScope that tracks it (Model::build); otherwise it is a logic_error.
     Tensor operator()(const Tensor& x, const CallContext& context = {});
 
     /// Every variable of the layer (trainable or not) in a fixed order, named "<layer>/<variable>".
@@ -91,6 +112,8 @@ class Layer {
     std::optional<amp::Policy> own_policy_;
     std::optional<amp::Policy> built_policy_;
     bool built_ = false;
+    bool trainable_ = true;
+    mutable std::vector<Variable> made_trainable_; // what make_variable created trainable: set_trainable's reach
     Shape input_shape_;
     Shape output_shape_;
 };

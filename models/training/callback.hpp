@@ -18,7 +18,7 @@ class Optimizer;
 
 namespace mixprec::models {
 
-class Sequential;
+class Model;
 
 /// Named figures in the order they were compiled, e.g. {{"accuracy", 0.91}, {"mae", 0.3}}.
 using Metrics = std::vector<std::pair<std::string, double>>;
@@ -67,7 +67,7 @@ std::vector<std::string> figure_names(const EpochLogs& logs);
 
 /// What a callback may read and touch.
 struct FitContext {
-    Sequential& model;
+    Model& model;
     optim::Optimizer& optimizer;
     TrainingState& state;
     std::int64_t epochs = 0;     ///< epochs fit was asked for

@@ -1,5 +1,5 @@
 // The loss and metrics a model is trained and judged by: objective(), evaluate, predict, and
-// Sequential's compile, fit, evaluate and predict (see fit.hpp and sequential.hpp).
+// Model's compile, fit, evaluate and predict (see fit.hpp and model.hpp).
 
 #include <mixprec/models/training/fit.hpp>
 
@@ -55,7 +55,7 @@ Objective objective(const std::optional<Loss>& loss, const std::optional<std::ve
     return o;
 }
 
-Evaluation evaluate(Sequential& model, const Dataset& data, const EvaluateOptions& options) {
+Evaluation evaluate(Model& model, const Dataset& data, const EvaluateOptions& options) {
     check_fits(model, data, "evaluate");
     const Objective objective = models::objective(options.loss, options.metrics);
     Totals totals;
@@ -71,11 +71,11 @@ Evaluation evaluate(Sequential& model, const Dataset& data, const EvaluateOption
     return e;
 }
 
-Evaluation evaluate(Sequential& model, const Dataset& data, std::size_t batch_size) {
+Evaluation evaluate(Model& model, const Dataset& data, std::size_t batch_size) {
     return evaluate(model, data, EvaluateOptions{.batch_size = batch_size});
 }
 
-autodiff::Tensor predict(Sequential& model, const Dataset& data, std::size_t batch_size) {
+autodiff::Tensor predict(Model& model, const Dataset& data, std::size_t batch_size) {
     check_fits(model, data, "predict");
     const Shape out = model.output_shape();
     std::vector<std::size_t> dims{data.size()};
@@ -96,9 +96,10 @@ autodiff::Tensor predict(Sequential& model, const Dataset& data, std::size_t bat
 
 namespace {
 
-/// Whether the model's last layer ends in softmax or sigmoid (its outputs are probabilities).
-bool ends_in_probabilities(const Sequential& model) {
-    if (model.layers().empty()) return false;
+/// Whether the model is a Sequential whose last layer ends in softmax or sigmoid (its outputs are
+/// probabilities). Another model's output layer is whichever call() returns from: not known here.
+bool ends_in_probabilities(const Model& model) {
+    if (!dynamic_cast<const Sequential*>(&model) || model.layers().empty()) return false;
     const Layer& last = *model.layers().back();
     std::string activation;
     if (const auto* dense = dynamic_cast<const Dense*>(&last)) activation = dense->activation();
@@ -108,7 +109,7 @@ bool ends_in_probabilities(const Sequential& model) {
 
 } // namespace
 
-void Sequential::compile(std::shared_ptr<optim::Optimizer> optimizer, Loss loss, std::vector<Metric> metrics) {
+void Model::compile(std::shared_ptr<optim::Optimizer> optimizer, Loss loss, std::vector<Metric> metrics) {
     if (!optimizer) throw std::invalid_argument("compile: the optimizer is null");
     if (loss.from_logits() && ends_in_probabilities(*this)) {
         throw std::invalid_argument("compile: the loss '" + loss.name() +
@@ -123,22 +124,22 @@ void Sequential::compile(std::shared_ptr<optim::Optimizer> optimizer, Loss loss,
     metrics_ = std::move(o.metrics);
 }
 
-optim::Optimizer& Sequential::optimizer() const {
-    if (!optimizer_) throw std::logic_error("Sequential::optimizer: the model is not compiled");
+optim::Optimizer& Model::optimizer() const {
+    if (!optimizer_) throw std::logic_error("model '" + name_ + "': optimizer() before compile");
     return *optimizer_;
 }
 
-const Loss& Sequential::loss() const {
-    if (!loss_) throw std::logic_error("Sequential::loss: the model is not compiled");
+const Loss& Model::loss() const {
+    if (!loss_) throw std::logic_error("model '" + name_ + "': loss() before compile");
     return *loss_;
 }
 
-const std::vector<Metric>& Sequential::metrics() const {
-    if (!loss_) throw std::logic_error("Sequential::metrics: the model is not compiled");
+const std::vector<Metric>& Model::metrics() const {
+    if (!loss_) throw std::logic_error("model '" + name_ + "': metrics() before compile");
     return metrics_;
 }
 
-std::vector<EpochLogs> Sequential::fit(const Dataset& data, const FitOptions& options) {
+std::vector<EpochLogs> Model::fit(const Dataset& data, const FitOptions& options) {
     if (!optimizer_) throw std::logic_error("fit: compile the model with an optimizer first");
     FitOptions with = options;
     if (!with.loss) with.loss = loss_;
@@ -146,13 +147,11 @@ std::vector<EpochLogs> Sequential::fit(const Dataset& data, const FitOptions& op
     return models::fit(*this, *optimizer_, data, state_, with);
 }
 
-Evaluation Sequential::evaluate(const Dataset& data, std::size_t batch_size) {
+Evaluation Model::evaluate(const Dataset& data, std::size_t batch_size) {
     if (!loss_) return models::evaluate(*this, data, batch_size);
     return models::evaluate(*this, data, EvaluateOptions{batch_size, loss_, metrics_});
 }
 
-Tensor Sequential::predict(const Dataset& data, std::size_t batch_size) {
-    return models::predict(*this, data, batch_size);
-}
+Tensor Model::predict(const Dataset& data, std::size_t batch_size) { return models::predict(*this, data, batch_size); }
 
 } // namespace mixprec::models

@@ -116,7 +116,7 @@ class Accumulator {
 
 } // namespace
 
-std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
+std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
                            const FitOptions& options) {
     validate(options);
     check_fits(model, data, "fit");
@@ -132,7 +132,6 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
     const Objective objective = models::objective(options.loss, options.metrics);
     const std::int64_t target = options.initial_epoch ? options.epochs : state.epoch + options.epochs;
 
-    const std::vector<Variable> variables = model.trainable_variables();
     const auto batches = static_cast<std::int64_t>((data.size() + options.batch_size - 1) / options.batch_size);
     FitContext context{model, optimizer, state, target};
     for (const CallbackRef& c : options.callbacks) c->on_train_begin(context); // may restore a saved state
@@ -176,6 +175,8 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
             logs.learning_rate = optimizer.current_learning_rate();
             logs.loss_scale = optimizer.current_loss_scale();
             const std::int64_t step_number = state.step + 1;
+            // Read every step: a callback may freeze or unfreeze layers between steps.
+            const std::vector<Variable> variables = model.trainable_variables();
             double loss_sum = 0;
             std::size_t count = 0;
             std::vector<autodiff::Tensor> ys, y_preds;
@@ -184,10 +185,17 @@ std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const
                 const std::size_t begin = static_cast<std::size_t>(state.batch_in_epoch) * options.batch_size;
                 const std::size_t n = std::min(options.batch_size, data.size() - begin);
                 data.batch(std::span(order).subspan(begin, n), x, y);
-                const TrainStep step{model, optimizer, variables, x, y, objective.loss, step_number, state.dropout_rng};
+                const TrainStep step{model,
+                                     optimizer,
+                                     variables,
+                                     x,
+                                     y,
+                                     objective.loss,
+                                     step_number,
+                                     state.dropout_rng,
+                                     options.gradient_hook ? &options.gradient_hook : nullptr};
                 if (options.accumulate_steps == 1) {
-                    TrainStepResult r =
-                        options.train_step ? options.train_step(step) : train_step(step, options.gradient_hook);
+                    TrainStepResult r = options.train_step ? options.train_step(step) : model.train_step(step);
                     loss_sum += r.loss * double(n);
                     y_preds.push_back(std::move(r.y_pred));
                     applied = r.applied;

@@ -1,5 +1,6 @@
 #pragma once
-/// The Keras loop: compile a Sequential with an optimizer, then fit, evaluate and predict on datasets.
+/// The Keras loop: compile a model (a Sequential or your own Model) with an optimizer, then fit, evaluate
+/// and predict on datasets.
 ///
 ///   amp::LossScaleOptimizer opt{std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-3})};
 ///   models::ProgressBar progress;
@@ -25,7 +26,7 @@
 #include <mixprec/models/training/callback.hpp>
 #include <mixprec/models/training/losses.hpp>
 #include <mixprec/models/training/metrics.hpp>
-#include <mixprec/models/training/sequential.hpp>
+#include <mixprec/models/training/sequential.hpp> // fit.hpp gives the whole Keras loop, models included
 
 #include <concepts>
 #include <cstdint>
@@ -39,9 +40,12 @@
 
 namespace mixprec::models {
 
+/// Called with a step's number and its (scaled) gradients before apply, e.g. to inject an inf for testing.
+using GradientHook = std::function<void(std::int64_t step, std::vector<autodiff::Tensor>& gradients)>;
+
 /// One batch, as fit hands it to a train step.
 struct TrainStep {
-    Sequential& model;
+    Model& model;
     optim::Optimizer& optimizer;
     const std::vector<autodiff::Variable>& variables; ///< the model's trainable variables
     const autodiff::Tensor& x;                        ///< (batch, example shape...)
@@ -49,6 +53,7 @@ struct TrainStep {
     const Loss& loss;                                 ///< the loss fit minimizes
     std::int64_t step;                                ///< this step's number, from 1 across epochs
     Rng& dropout_rng;                                 ///< the run's dropout generator
+    const GradientHook* gradient_hook = nullptr;      ///< FitOptions::gradient_hook, if set
 };
 
 /// What a train step tells fit.
@@ -67,9 +72,6 @@ struct BatchGradients {
 
 /// The forward pass with training = true, the loss and the (scaled) gradients of step.variables.
 BatchGradients batch_gradients(const TrainStep& step);
-
-/// Called with a step's number and its (scaled) gradients before apply, e.g. to inject an inf for testing.
-using GradientHook = std::function<void(std::int64_t step, std::vector<autodiff::Tensor>& gradients)>;
 
 /// fit's step (see the file comment); `hook`, if set, sees the gradients before apply.
 TrainStepResult train_step(const TrainStep& step, const GradientHook& hook = {});
@@ -106,14 +108,15 @@ struct FitOptions {
     const Dataset* validation = nullptr;  ///< evaluated after every epoch, in batches of batch_size
     std::vector<CallbackRef> callbacks{}; ///< called in order
     GradientHook gradient_hook{};         ///< passed to train_step
-    /// Replaces train_step (then gradient_hook is the replacement's to call, or not), as overriding
-    /// Model.train_step does in Keras: a custom loss, several optimizers, gradient accumulation.
-    /// Not with accumulate_steps > 1 (std::invalid_argument): accumulation is the default step's.
+    /// Replaces the model's train_step (Model::train_step, models::train_step unless a subclass overrides
+    /// it) for this call; then gradient_hook is the replacement's to call, or not (TrainStep::gradient_hook).
+    /// A replacement does not work with accumulate_steps > 1 (std::invalid_argument); with
+    /// accumulate_steps > 1, fit runs its own accumulating step and calls no train_step, overridden or not.
     std::function<TrainStepResult(const TrainStep&)> train_step{};
-    /// The loss; unset: the model's compiled loss (Sequential::fit), else sparse_categorical_crossentropy
+    /// The loss; unset: the model's compiled loss (Model::fit), else sparse_categorical_crossentropy
     /// on logits.
     std::optional<Loss> loss{};
-    /// The metrics; unset: the model's compiled metrics (Sequential::fit), else {"accuracy"}.
+    /// The metrics; unset: the model's compiled metrics (Model::fit), else {"accuracy"}.
     std::optional<std::vector<Metric>> metrics{};
 };
 
@@ -135,16 +138,16 @@ struct Evaluation {
 /// (a fresh state starts at epoch 0 and seeds its generators from options.seed). Returns the logs of the
 /// epochs completed by this call. std::invalid_argument for bad options or a dataset that does not fit
 /// the model (naming both shapes).
-std::vector<EpochLogs> fit(Sequential& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
+std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
                            const FitOptions& options);
 
 /// The loss and the metrics on `data`, in batches, in order, with training = false.
-Evaluation evaluate(Sequential& model, const Dataset& data, const EvaluateOptions& options);
+Evaluation evaluate(Model& model, const Dataset& data, const EvaluateOptions& options);
 /// The same with the default loss and metrics (sparse categorical cross-entropy on logits, accuracy).
-Evaluation evaluate(Sequential& model, const Dataset& data, std::size_t batch_size = 256);
+Evaluation evaluate(Model& model, const Dataset& data, std::size_t batch_size = 256);
 
 /// The model's float32 outputs (size, output shape...) for every example of `data`, in order.
-autodiff::Tensor predict(Sequential& model, const Dataset& data, std::size_t batch_size = 256);
+autodiff::Tensor predict(Model& model, const Dataset& data, std::size_t batch_size = 256);
 
 /// 0, 1, ..., n-1 in a random order drawn from `rng` (Fisher-Yates, one draw per element from the last):
 /// the order fit gives an epoch, so code that drives its own loop can reproduce it.

@@ -1,7 +1,7 @@
 #include <mixprec/models/training/monitor.hpp>
 
 #include <mixprec/models/training/learning_rate_scheduler.hpp>
-#include <mixprec/models/training/sequential.hpp>
+#include <mixprec/models/training/model.hpp>
 #include <mixprec/optim/optimizer.hpp>
 
 #include <algorithm>

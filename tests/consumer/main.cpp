@@ -5,6 +5,27 @@
 #include <cstdio>
 #include <vector>
 
+namespace {
+
+/// A model of one's own, as the README's residual example: layers from track(), the forward pass in call().
+class Residual : public mixprec::models::Model {
+  public:
+    Residual() : Model("residual") {}
+
+  private:
+    mixprec::models::Dense& stem_ = track(mixprec::models::Dense(8, "relu"));
+    mixprec::models::Dense& inner_ = track(mixprec::models::Dense(8));
+    mixprec::models::Dense& head_ = track(mixprec::models::Dense(2));
+
+    mixprec::autodiff::Tensor call(const mixprec::autodiff::Tensor& x,
+                                   const mixprec::models::CallContext& context) override {
+        const auto h = stem_(x, context);
+        return head_(h + inner_(h, context), context);
+    }
+};
+
+} // namespace
+
 int main() {
     using namespace mixprec;
     using autodiff::Tensor;
@@ -21,7 +42,12 @@ int main() {
     auto grads = tape.gradient(opt.scale_loss(loss), std::vector{w});
     const bool applied = opt.apply(grads, {w});
 
-    const bool ok = applied && logits.dtype() == autodiff::Dtype::float16 &&
+    Residual residual;
+    residual.build({4}, 1);
+    const bool model_ok =
+        residual(Tensor::full({3, 4}, 1.0f)).shape() == autodiff::Shape{3, 2} && residual.variables().size() == 6;
+
+    const bool ok = model_ok && applied && logits.dtype() == autodiff::Dtype::float16 &&
                     grads[0].dtype() == autodiff::Dtype::float16 && opt.iterations() == 1 &&
                     w.value().at({0, 3}) > 0.01f && w.value().at({0, 0}) < 0.01f;
     std::printf("mixprec %s: loss %.4f, step %s, scale %g (%s)\n", MIXPREC_VERSION_STRING, loss.flat(0),

@@ -5,7 +5,7 @@
 #include <mixprec/models/data/dataset.hpp>
 #include <mixprec/models/training/callback.hpp>
 #include <mixprec/models/training/metrics.hpp>
-#include <mixprec/models/training/sequential.hpp>
+#include <mixprec/models/training/model.hpp>
 
 #include <algorithm>
 #include <limits>
@@ -17,7 +17,7 @@
 namespace mixprec::models::detail {
 
 /// std::logic_error before build; shape_error naming both shapes when the examples do not fit the model.
-inline void check_fits(const Sequential& model, const Dataset& data, const char* what) {
+inline void check_fits(const Model& model, const Dataset& data, const char* what) {
     if (!model.built()) throw std::logic_error(std::string(what) + ": build the model first");
     if (!(data.example_shape() == model.input_shape())) {
         std::string message = what;
