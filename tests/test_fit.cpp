@@ -515,3 +515,26 @@ BOOST_AUTO_TEST_CASE(outputs_are_float32_under_mixed_policies) {
     models::Sequential empty;
     BOOST_TEST((op_checks::throws_with<std::logic_error>([&] { empty.build(Shape{8}); }, {"no layers"})));
 }
+
+BOOST_AUTO_TEST_CASE(validation_split_holds_out_the_last_examples) {
+    const models::TensorDataset data = blobs(100, 6);
+    models::Sequential model = small_model();
+    auto opt = std::make_shared<optim::Adam>(optim::Adam::Options{.learning_rate = 1e-2f});
+    model.compile(opt);
+    const auto history = model.fit(data, {.epochs = 2, .batch_size = 10, .validation_split = 0.25});
+    BOOST_REQUIRE(history.size() == 2u);
+    BOOST_TEST(history[1].last_step == 16); // ⌈100 · 0.75⌉ = 75 examples train: 8 batches an epoch
+    BOOST_REQUIRE(history[1].validation_loss.has_value());
+    const models::DatasetSlice last(data, 75, 25);
+    BOOST_TEST(*history[1].validation_loss == model.evaluate(last, 10).loss);
+    BOOST_TEST(*history[1].validation_accuracy == model.evaluate(last, 10).accuracy);
+
+    BOOST_TEST((op_checks::throws_with<std::invalid_argument>(
+        [&] { model.fit(data, {.validation = &data, .validation_split = 0.1}); }, {"not both"})));
+    BOOST_TEST((op_checks::throws_with<std::invalid_argument>([&] { model.fit(data, {.validation_split = 1.0}); },
+                                                              {"validation_split must be in [0, 1)"})));
+    BOOST_TEST((op_checks::throws_with<std::invalid_argument>(
+        [&] { model.fit(blobs(3, 1), {.validation_split = 0.1}); }, {"leaves 3 for training and 0 for validation"})));
+    BOOST_TEST((op_checks::throws_with<std::invalid_argument>([&] { models::DatasetSlice(data, 90, 11); },
+                                                              {"[90, 90 + 11)", "100 examples"})));
+}

@@ -94,4 +94,28 @@ void TensorDataset::batch(std::span<const std::size_t> indices, autodiff::Tensor
     labels = std::move(out_labels);
 }
 
+DatasetSlice::DatasetSlice(const Dataset& data, std::size_t begin, std::size_t count)
+    : data_(&data), begin_(begin), count_(count) {
+    if (begin > data.size() || count > data.size() - begin)
+        throw std::invalid_argument("DatasetSlice: examples [" + std::to_string(begin) + ", " + std::to_string(begin) +
+                                    " + " + std::to_string(count) + ") of a dataset of " + std::to_string(data.size()) +
+                                    " examples");
+}
+
+std::vector<std::size_t> DatasetSlice::shifted(std::span<const std::size_t> indices) const {
+    detail::check_indices(indices, count_, "DatasetSlice::batch");
+    std::vector<std::size_t> out(indices.begin(), indices.end());
+    for (std::size_t& i : out) i += begin_;
+    return out;
+}
+
+void DatasetSlice::batch(std::span<const std::size_t> indices, autodiff::Tensor& x,
+                         std::vector<std::int32_t>& labels) const {
+    data_->batch(shifted(indices), x, labels);
+}
+
+void DatasetSlice::batch(std::span<const std::size_t> indices, autodiff::Tensor& x, autodiff::Tensor& y) const {
+    data_->batch(shifted(indices), x, y);
+}
+
 } // namespace mixprec::models

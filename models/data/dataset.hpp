@@ -65,4 +65,25 @@ class TensorDataset final : public Dataset {
     std::optional<autodiff::Tensor> y_; // (n, target...) float32
 };
 
+/// Consecutive examples of another dataset, [begin, begin + count), without copying them: what
+/// FitOptions::validation_split holds out. `data` must outlive the slice. std::invalid_argument when the
+/// range does not lie inside `data`.
+class DatasetSlice final : public Dataset {
+  public:
+    DatasetSlice(const Dataset& data, std::size_t begin, std::size_t count);
+    std::size_t size() const override { return count_; }
+    autodiff::Shape example_shape() const override { return data_->example_shape(); }
+    autodiff::Shape target_shape() const override { return data_->target_shape(); }
+    void batch(std::span<const std::size_t> indices, autodiff::Tensor& x,
+               std::vector<std::int32_t>& labels) const override;
+    void batch(std::span<const std::size_t> indices, autodiff::Tensor& x, autodiff::Tensor& y) const override;
+
+  private:
+    /// `indices` shifted into data_'s numbering (each checked against size()).
+    std::vector<std::size_t> shifted(std::span<const std::size_t> indices) const;
+
+    const Dataset* data_;
+    std::size_t begin_, count_;
+};
+
 } // namespace mixprec::models

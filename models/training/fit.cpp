@@ -116,8 +116,32 @@ class Accumulator {
 
 } // namespace
 
-std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Dataset& data, TrainingState& state,
-                           const FitOptions& options) {
+namespace {
+
+/// Examples of `data` kept for training by options.validation_split (all of them without one).
+std::size_t training_examples(const Dataset& data, const FitOptions& options) {
+    const double split = options.validation_split;
+    if (!(split >= 0 && split < 1))
+        throw std::invalid_argument("fit: validation_split must be in [0, 1), got " + std::to_string(split));
+    if (split == 0) return data.size();
+    if (options.validation) throw std::invalid_argument("fit: give validation data or a validation_split, not both");
+    const auto kept = static_cast<std::size_t>(std::ceil(double(data.size()) * (1 - split)));
+    if (kept == 0 || kept >= data.size())
+        throw std::invalid_argument("fit: a validation_split of " + std::to_string(split) + " of " +
+                                    std::to_string(data.size()) + " examples leaves " + std::to_string(kept) +
+                                    " for training and " + std::to_string(data.size() - kept) + " for validation");
+    return kept;
+}
+
+} // namespace
+
+std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Dataset& all_data, TrainingState& state,
+                           const FitOptions& given) {
+    const std::size_t kept = training_examples(all_data, given);
+    const DatasetSlice train_part(all_data, 0, kept), held_out(all_data, kept, all_data.size() - kept);
+    const Dataset& data = kept == all_data.size() ? all_data : train_part;
+    FitOptions options = given; // with the held-out examples as validation data
+    if (kept < all_data.size()) options.validation = &held_out;
     validate(options);
     check_fits(model, data, "fit");
     if (data.size() == 0) throw std::invalid_argument("fit: the dataset is empty");

@@ -105,7 +105,11 @@ struct FitOptions {
     /// ≥ 1: each step averages the gradients of this many consecutive batches (micro-batches of
     /// batch_size examples) before one optimizer update, as Keras's gradient_accumulation_steps.
     std::int64_t accumulate_steps = 1;
-    const Dataset* validation = nullptr;  ///< evaluated after every epoch, in batches of batch_size
+    const Dataset* validation = nullptr; ///< evaluated after every epoch, in batches of batch_size
+    /// In [0, 1): holds out the last fraction of `data` (before any shuffling, as Keras's validation_split)
+    /// as validation data, training on the examples before them: of n examples, the first ⌈n (1 − split)⌉
+    /// train. Not with `validation` (std::invalid_argument), nor when either part would be empty.
+    double validation_split = 0;
     std::vector<CallbackRef> callbacks{}; ///< called in order
     GradientHook gradient_hook{};         ///< passed to train_step
     /// Replaces the model's train_step (Model::train_step, models::train_step unless a subclass overrides
