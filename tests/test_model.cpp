@@ -94,6 +94,17 @@ class Unused : public models::Model {
     Tensor call(const Tensor& x, const models::CallContext& context) override { return used_(x, context); }
 };
 
+/// Calls its layer without passing the context on.
+class DropsContext : public models::Model {
+  public:
+    DropsContext() : Model("drops_context") {}
+
+  private:
+    models::Dense& dense_ = track(models::Dense(4));
+
+    Tensor call(const Tensor& x, const models::CallContext& /*context*/) override { return dense_(x); }
+};
+
 /// Counts the steps fit hands it, then trains as the default step does.
 class CountingSteps : public ResidualMlp {
   public:
@@ -198,10 +209,13 @@ BOOST_AUTO_TEST_CASE(a_model_outputs_float32_under_a_mixed_policy) {
 BOOST_AUTO_TEST_CASE(misuse_is_explained) {
     Untracked untracked;
     BOOST_TEST((throws_with<std::logic_error>([&] { untracked.build(Shape{3}); },
-                                              {"(Dense)", "not one of its layers", "track()"})));
+                                              {"an unnamed Dense layer", "not one of its layers", "track()"})));
     Unused unused;
     BOOST_TEST(
         (throws_with<std::logic_error>([&] { unused.build(Shape{3}); }, {"layer 'spare' (Dense)", "never called"})));
+    DropsContext drops;
+    BOOST_TEST((throws_with<std::logic_error>([&] { drops.build(Shape{3}); },
+                                              {"layer 'dense' (Dense)", "pass its context on"})));
     ResidualMlp model;
     BOOST_TEST((throws_with<std::logic_error>([&] { model(Tensor(Shape{1, 8})); }, {"before it is built"})));
     BOOST_TEST((throws_with<std::logic_error>([&] { (void)model.summary(); }, {"build"})));

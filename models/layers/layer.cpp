@@ -52,13 +52,15 @@ Shape example_shape_of(const Tensor& x) {
 
 Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
     if (!built_) {
+        const std::string which =
+            name_.empty() ? "an unnamed " + kind() + " layer" : "layer '" + name_ + "' (" + kind() + ")";
         if (!context.building)
-            throw std::logic_error("layer '" + name_ + "' is called before it is built; build it, or the model");
+            throw std::logic_error(which + " is called before it is built: build it, or the model it belongs to (whose "
+                                           "call() must pass its context on to every layer)");
         const auto& tracked = context.building->tracked;
         if (std::find(tracked.begin(), tracked.end(), this) == tracked.end())
-            throw std::logic_error("layer '" + name_ + "' (" + kind() +
-                                   ") is called by the model but is not one of its layers, so it would never be "
-                                   "trained or saved: create it with the model's track()");
+            throw std::logic_error(which + " is called by the model but is not one of its layers, so it would never be "
+                                           "trained or saved: create it with the model's track()");
         build(example_shape_of(x), context.building->init_rng);
     }
     detail::check_batch(*this, input_shape_, x.shape());
