@@ -144,11 +144,7 @@ void SlotOptimizer::place(const std::vector<Variable>& variables, const char* wh
         }
         const std::size_t p = it->second;
         if (last_call_[p] == calls_) throw twice(i);
-        last_call_[p] = calls_;
-        if (v.value().size() != sizes_[p])
-            throw std::invalid_argument(std::string(who) + ": variable " + quoted(v) + " has " +
-                                        std::to_string(v.value().size()) + " elements, the optimizer's slots for it " +
-                                        "were made for " + std::to_string(sizes_[p]));
+        last_call_[p] = calls_; // a variable's shape never changes: its slots still fit it
         positions_[i] = p;
     }
     // Now change things: zero slots for the unseen variables, in the order of the call.
@@ -163,7 +159,6 @@ void SlotOptimizer::place(const std::vector<Variable>& variables, const char* wh
         const Variable& v = variables[i];
         const std::size_t p = variables_.size(), n = v.value().size();
         variables_.push_back(v);
-        sizes_.push_back(n);
         index_.emplace(v.uid(), p);
         last_call_.push_back(calls_);
         for (auto& per_variable : slots_) per_variable.emplace_back(n, 0.0f);

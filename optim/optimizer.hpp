@@ -72,7 +72,7 @@ class Optimizer {
     /// One step on float32 gradients (one vector per variable, row-major), which clipping may modify.
     /// `variables` are any distinct variables (see the file comment). Validates everything before changing
     /// anything (std::invalid_argument): counts and sizes (naming the variable and both sizes), a variable
-    /// passed twice, a variable whose element count differs from the one its slots were made for.
+    /// passed twice.
     virtual bool apply_float32(std::vector<std::vector<float>>& grads, const std::vector<Variable>& variables) = 0;
 
     /// Number of applied steps.
@@ -200,7 +200,6 @@ class SlotOptimizer : public Optimizer {
     bool built_ = false;
     std::vector<std::string> names_;                       // slot_names(), cached at build
     std::vector<Variable> variables_;                      // slot_variables(), in the order first seen
-    std::vector<std::size_t> sizes_;                       // element count of each, fixed when first seen
     std::unordered_map<std::uint64_t, std::size_t> index_; // Variable::uid() → position in variables_
     std::vector<std::vector<std::vector<float>>> slots_;   // [slot][position] (variable's elements)
     std::vector<std::size_t> positions_;                   // place(): the position of each variable of a call
