@@ -23,6 +23,7 @@
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
 #include <mixprec/autodiff/tensor/rng.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/shape.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 #include <mixprec/autodiff/tensor/tensor_xt.hpp>
@@ -33,9 +34,11 @@
 #include <mixprec/optim/schedule.hpp>
 #include <mixprec/optim/sgd.hpp>
 
+#include <mixprec/amp/layer_scales.hpp>
 #include <mixprec/amp/loss_scale.hpp>
 #include <mixprec/amp/loss_scale_optimizer.hpp>
 #include <mixprec/amp/policy.hpp>
+#include <mixprec/amp/telemetry.hpp>
 #include <mixprec/amp/unscale.hpp>
 
 #include <mixprec/models/data/array_dataset.hpp>
@@ -67,4 +70,5 @@
 #include <mixprec/models/training/monitor.hpp>
 #include <mixprec/models/training/sequential.hpp>
 #include <mixprec/models/training/share_cores.hpp>
+#include <mixprec/models/training/telemetry_json.hpp>
 #include <mixprec/models/training/zoo.hpp>

@@ -24,20 +24,34 @@ LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, 
         throw std::invalid_argument("LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer");
 }
 
+LossScaleOptimizer::LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, LossScaleOptions options,
+                                       LayerScaleOptions per_layer)
+    : LossScaleOptimizer(std::move(inner), options) {
+    int exponent = 0;
+    if (std::frexp(options.initial_scale, &exponent) != 0.5f)
+        throw std::invalid_argument("LossScaleOptimizer: per-layer loss scaling needs a power of two as the initial "
+                                    "scale, not " +
+                                    std::to_string(options.initial_scale));
+    layers_.emplace(per_layer, exponent - 1);
+}
+
 autodiff::Tensor LossScaleOptimizer::scale_loss(const autodiff::Tensor& loss) const {
-    return autodiff::scale(loss, scale_.scale());
+    return autodiff::scale(loss, scale());
+}
+
+float LossScaleOptimizer::inverse_scale(const autodiff::Variable& variable) const {
+    return layers_ ? 1.0f / layers_->gradient_scale(variable.name()) : 1.0f / scale_.scale();
 }
 
 bool LossScaleOptimizer::apply(const std::vector<autodiff::Tensor>& grads,
                                const std::vector<autodiff::Variable>& variables) {
     check_counts(grads.size(), variables.size());
     buffers_.resize(grads.size());
-    const float inverse = 1.0f / scale_.scale();
     bool finite = true;
     double squared = 0;
     for (std::size_t i = 0; i < grads.size(); ++i) {
         buffers_[i].resize(grads[i].size());
-        const UnscaleResult r = unscale(grads[i], inverse, buffers_[i]);
+        const UnscaleResult r = unscale(grads[i], inverse_scale(variables[i]), buffers_[i]);
         finite = finite && r.finite;
         squared += r.squared_norm;
     }
@@ -47,11 +61,10 @@ bool LossScaleOptimizer::apply(const std::vector<autodiff::Tensor>& grads,
 bool LossScaleOptimizer::apply_float32(std::vector<std::vector<float>>& grads,
                                        const std::vector<autodiff::Variable>& variables) {
     check_counts(grads.size(), variables.size());
-    const float inverse = 1.0f / scale_.scale();
     bool finite = true;
     double squared = 0;
-    for (auto& g : grads) {
-        const UnscaleResult r = unscale_in_place(g, inverse);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        const UnscaleResult r = unscale_in_place(grads[i], inverse_scale(variables[i]));
         finite = finite && r.finite;
         squared += r.squared_norm;
     }
@@ -61,7 +74,14 @@ bool LossScaleOptimizer::apply_float32(std::vector<std::vector<float>>& grads,
 bool LossScaleOptimizer::finish(bool finite, double squared_norm, std::vector<std::vector<float>>& grads,
                                 const std::vector<autodiff::Variable>& variables) {
     if (finite) inner_->apply_float32(grads, variables); // validates sizes before changing anything
-    scale_.update(finite);
+    if (layers_) {
+        autodiff::Dtype gradients = autodiff::Dtype::float32; // what the tape rounded them to
+        for (const autodiff::Variable& v : variables)
+            if (v.working_dtype() != autodiff::Dtype::float32) gradients = v.working_dtype();
+        layers_->update(finite, gradients);
+    } else {
+        scale_.update(finite);
+    }
     last_skipped_ = !finite;
     skipped_ += finite ? 0 : 1;
     last_norm_ = finite ? std::sqrt(squared_norm) : INFINITY;
@@ -86,6 +106,8 @@ optim::OptimizerState LossScaleOptimizer::state() const {
     optim::OptimizerState s = inner_->state();
     s.kind = kind();
     for (optim::StateValue& v : loss_scale_values(snapshot())) s.values.push_back(std::move(v));
+    if (layers_)
+        for (optim::StateValue& v : layers_->values()) s.values.push_back(std::move(v));
     return s;
 }
 
@@ -97,14 +119,25 @@ void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
     optim::OptimizerState inner_state = state;
     inner_state.kind = inner_->kind();
     inner_state.values.clear();
-    std::vector<optim::StateValue> own;
+    std::vector<optim::StateValue> own, per_layer;
     for (const optim::StateValue& v : state.values)
-        (v.name.starts_with(loss_scale_prefix) ? own : inner_state.values).push_back(v);
+        (v.name.starts_with(loss_scale_prefix)    ? own
+         : v.name.starts_with(layer_scale_prefix) ? per_layer
+                                                  : inner_state.values)
+            .push_back(v);
     const LossScaleSnapshot snap = loss_scale_snapshot(own);
     LossScale scale(snap.options);
     scale.set_state(snap.state);
+    if (per_layer.empty() != !layers_)
+        throw std::invalid_argument(layers_ ? "load_state: the state has no per-layer loss scales, and this optimizer "
+                                              "scales per layer"
+                                            : "load_state: the state has per-layer loss scales, and this optimizer "
+                                              "has one global scale (make it with LayerScaleOptions)");
+    std::optional<LayerScales> layers;
+    if (layers_) layers.emplace(LayerScales::from_values(per_layer));
     inner_->load_state(inner_state, variables); // all or nothing; from here on nothing can fail
     scale_ = scale;
+    layers_ = std::move(layers);
     skipped_ = snap.skipped_steps;
     last_skipped_ = snap.last_step_skipped;
     last_norm_ = snap.last_gradient_norm;

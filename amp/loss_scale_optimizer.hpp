@@ -20,11 +20,19 @@
 /// models::fit's accumulate_steps does), divide each micro-batch's loss by their number. The pending sums
 /// are not part of state(), so a checkpoint saved between accumulate() and apply_accumulated() does not
 /// hold them: save after apply_accumulated().
+///
+/// Per-layer loss scaling (made with LayerScaleOptions; amp/layer_scales.hpp has the rule): the loss is
+/// scaled by the LayerScales' S instead of the global scale, each gradient is unscaled by its own layer's
+/// scale, and after each step (applied or skipped) the scales move by the per-layer rule while the global
+/// LossScale stays as it is. A training step must pass layer_scaling() to the layers of a chain
+/// (models::CallContext::layer_scaling, which fit does) and hand it the tape (observe) before apply.
 
+#include <mixprec/amp/layer_scales.hpp>
 #include <mixprec/amp/loss_scale.hpp>
 #include <mixprec/optim/optimizer.hpp>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -57,6 +65,9 @@ LossScaleSnapshot loss_scale_snapshot(std::span<const optim::StateValue> values)
 class LossScaleOptimizer final : public optim::Optimizer {
   public:
     explicit LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, LossScaleOptions options = {});
+    /// With per-layer loss scaling, starting from S = options.initial_scale (a power of two, else
+    /// std::invalid_argument).
+    LossScaleOptimizer(std::unique_ptr<optim::Optimizer> inner, LossScaleOptions options, LayerScaleOptions per_layer);
 
     /// loss · S, recorded on the tape (a scale op), in the loss's dtype.
     autodiff::Tensor scale_loss(const autodiff::Tensor& loss) const override;
@@ -103,7 +114,7 @@ class LossScaleOptimizer final : public optim::Optimizer {
     const LossScale& loss_scale() const { return scale_; }
 
     // Telemetry.
-    float scale() const { return scale_.scale(); }
+    float scale() const { return layers_ ? layers_->loss_scale() : scale_.scale(); }
     float current_loss_scale() const override { return scale(); }
     bool last_step_skipped() const { return last_skipped_; }
     std::int64_t skipped_steps() const override { return skipped_; }
@@ -112,15 +123,21 @@ class LossScaleOptimizer final : public optim::Optimizer {
     std::int64_t backoff_count() const { return scale_.backoff_count(); }
     /// Global L2 norm of the last step's unscaled gradients (before clipping); inf if it overflowed.
     double last_gradient_norm() const override { return last_norm_; }
+    /// The per-layer scales, or null without per-layer scaling.
+    optim::LayerScaling* layer_scaling() override { return layers_ ? &*layers_ : nullptr; }
+    const LayerScales* layer_scales() const { return layers_ ? &*layers_ : nullptr; }
     /// Restores the counters kept here (checkpoints).
     void set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm);
 
   private:
     bool finish(bool finite, double squared_norm, std::vector<std::vector<float>>& grads,
                 const std::vector<autodiff::Variable>& variables);
+    /// 1 / the scale the gradient of `variable` carries.
+    float inverse_scale(const autodiff::Variable& variable) const;
 
     std::unique_ptr<optim::Optimizer> inner_;
     LossScale scale_;
+    std::optional<LayerScales> layers_;
     bool last_skipped_ = false;
     std::int64_t skipped_ = 0;
     double last_norm_ = 0;

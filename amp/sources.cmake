@@ -4,5 +4,7 @@ target_sources(mixprec PRIVATE
   amp/loss_scale_rules.cpp
   amp/unscale.cpp
   amp/policy.cpp
+  amp/telemetry.cpp
+  amp/layer_scales.cpp
   amp/loss_scale_optimizer.cpp
   amp/loss_scale_values.cpp)

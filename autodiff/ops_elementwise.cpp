@@ -141,4 +141,11 @@ Tensor cast(const Tensor& x, Dtype dtype) {
     return y;
 }
 
+Tensor scale_gradient(const Tensor& x, float factor) {
+    Tensor y = stop_gradient(x);
+    if (should_record({&x}))
+        record(y, {&x}, [factor](const Tensor& dy) { return Gradients{kernels::scale(dy, factor)}; });
+    return y;
+}
+
 } // namespace mixprec::autodiff

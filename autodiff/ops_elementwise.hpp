@@ -30,6 +30,10 @@ Tensor gelu(const Tensor& x);
 /// The same values rounded to `dtype`; the gradient is converted back to x's dtype.
 Tensor cast(const Tensor& x, Dtype dtype);
 
+/// x itself (sharing its storage) on the way forward; on the way back, dx = factor · dy, rounded in
+/// x's dtype: what per-layer loss scaling puts at a layer's output (amp/layer_scales.hpp).
+Tensor scale_gradient(const Tensor& x, float factor);
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -4,6 +4,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/isa.cpp
   autodiff/tensor/dtype.cpp
   autodiff/tensor/convert.cpp
+  autodiff/tensor/rounding.cpp
   autodiff/tensor/shape.cpp
   autodiff/tensor/tensor.cpp
   autodiff/tensor/print.cpp

@@ -14,6 +14,9 @@ namespace {
 /// The tapes recording on this thread, oldest first.
 thread_local std::vector<GradientTape*> active_tapes;
 
+/// The name of the outermost OpScope open on this thread, or null.
+thread_local std::shared_ptr<const std::string> current_scope;
+
 /// Which inputs of the op whose backward function runs now the running tape wants (empty: all).
 thread_local std::vector<bool> inputs_wanted;
 
@@ -27,6 +30,14 @@ struct wanted_scope {
 };
 
 } // namespace
+
+OpScope::OpScope(std::string name) : outermost_(current_scope == nullptr) {
+    if (outermost_) current_scope = std::make_shared<const std::string>(std::move(name));
+}
+
+OpScope::~OpScope() {
+    if (outermost_) current_scope.reset();
+}
 
 GradientTape::GradientTape(GradientTapeOptions options) : options_(options) { active_tapes.push_back(this); }
 
@@ -73,7 +84,11 @@ void record(const Tensor& output, std::span<const Tensor* const> inputs, Backwar
                                          [&](const Tensor* t) { return tape->watched_.count(t->id()) != 0; });
         if (!watches) continue;
         if (!shared) shared = std::make_shared<BackwardFn>(std::move(backward));
-        GradientTape::Entry entry{{}, output.id(), shared};
+        GradientTape::Entry entry{{}, output.id(), shared, current_scope};
+        auto& order = tape->scope_order_;
+        if (current_scope && (order.empty() || order.back() != *current_scope) &&
+            std::find(order.begin(), order.end(), *current_scope) == order.end())
+            order.push_back(*current_scope);
         entry.inputs.reserve(inputs.size());
         for (const Tensor* t : inputs)
             entry.inputs.push_back({t->id(), t->shape(), t->dtype(), tape->watched_.count(t->id()) != 0});
@@ -90,6 +105,11 @@ void notify_variable_read(std::uint64_t variable_uid, const Tensor& value) {
         if (std::none_of(reads.begin(), reads.end(), [&](const auto& r) { return r.id == value.id(); }))
             reads.push_back({value.id(), value.shape(), value.dtype()});
     }
+}
+
+void want_gradient_stats(const Tensor& tensor) {
+    for (GradientTape* tape : active_tapes)
+        if (tape->options_.telemetry) tape->stats_wanted_.insert(tensor.id());
 }
 
 bool gradient_needed(std::size_t input) { return input >= inputs_wanted.size() || inputs_wanted[input]; }
@@ -112,6 +132,17 @@ std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const
 
     std::unordered_set<std::uint64_t> wanted;
     for (const Input& s : sources) wanted.insert(s.id);
+    const RoundingRecorderOptions recording{.histogram = options_.telemetry_histogram};
+    std::optional<RoundingRecorder> pass; // the whole reverse pass: what produced each gradient
+    std::unordered_set<std::uint64_t> measured = stats_wanted_;
+    if (options_.telemetry) {
+        gradient_stats_.clear();
+        variable_stats_.clear();
+        scope_stats_.clear();
+        for (const auto& [uid, reads] : variable_reads_)
+            for (const Input& r : reads) measured.insert(r.id);
+        pass.emplace(recording);
+    }
     std::unordered_map<std::uint64_t, Tensor> grads;
     grads.emplace(target.id(), Tensor::full(target.shape(), 1.0f, target.dtype()));
 
@@ -131,6 +162,7 @@ std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const
             if (wanted.count(e->output) == 0) grads.erase(it); // nothing upstream reads it again
             std::vector<bool> wanted_inputs(e->inputs.size());
             for (std::size_t i = 0; i < e->inputs.size(); ++i) wanted_inputs[i] = e->inputs[i].watched;
+            if (pass) pass->also_add_to(&scope_stats_[e->scope ? *e->scope : std::string()]);
             Gradients g;
             {
                 const wanted_scope scope(std::move(wanted_inputs));
@@ -140,6 +172,12 @@ std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const
                 throw std::logic_error("GradientTape: a backward function returned the wrong number of gradients");
             for (std::size_t i = 0; i < g.size(); ++i)
                 if (g[i] && e->inputs[i].watched) accumulate(e->inputs[i], std::move(*g[i]));
+            if (pass) {
+                pass->also_add_to(nullptr);
+                for (std::size_t i = 0; i < g.size(); ++i)
+                    if (g[i] && e->inputs[i].watched && measured.count(e->inputs[i].id) != 0)
+                        gradient_stats_[e->inputs[i].id] = pass->stats_of(grads.at(e->inputs[i].id));
+            }
         }
         if (!options_.persistent) e->backward.reset(); // free what the closure captured
     }
@@ -217,8 +255,20 @@ GradientTape::variable_gradients(const Tensor& target, const std::vector<Variabl
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const auto [begin, end] = ranges[i];
         std::optional<Tensor> sum;
-        for (std::size_t j = begin; j < end; ++j)
-            if (gs[j]) sum = !sum ? *gs[j] : kernels::add(*sum, gs[j]->to(sum->dtype()));
+        std::optional<RoundingRecorder> adding;
+        if (options_.telemetry) adding.emplace(RoundingRecorderOptions{.histogram = options_.telemetry_histogram});
+        std::optional<RoundingStats> stats;
+        for (std::size_t j = begin; j < end; ++j) {
+            if (!gs[j]) continue;
+            sum = !sum ? *gs[j] : kernels::add(*sum, gs[j]->to(sum->dtype()));
+            if (!stats) {
+                auto it = gradient_stats_.find(in[j].id);
+                if (it != gradient_stats_.end()) stats = it->second;
+            } else {
+                stats = adding->stats_of(*sum);
+            }
+        }
+        if (stats) variable_stats_[sources[i].uid()] = std::move(*stats);
         if (!sum && mode == Unconnected::zero) {
             const Dtype dtype = begin < end ? in[begin].dtype : sources[i].working_dtype();
             sum = Tensor(sources[i].shape(), dtype);
@@ -226,6 +276,23 @@ GradientTape::variable_gradients(const Tensor& target, const std::vector<Variabl
         out.push_back(std::move(sum));
     }
     return out;
+}
+
+std::optional<RoundingStats> GradientTape::gradient_stats(const Tensor& tensor) const {
+    auto it = gradient_stats_.find(tensor.id());
+    if (it == gradient_stats_.end()) return std::nullopt;
+    return it->second;
+}
+
+std::optional<RoundingStats> GradientTape::gradient_stats(const Variable& variable) const {
+    auto it = variable_stats_.find(variable.uid());
+    if (it == variable_stats_.end()) return std::nullopt;
+    return it->second;
+}
+
+RoundingStats GradientTape::scope_stats(const std::string& name) const {
+    auto it = scope_stats_.find(name);
+    return it == scope_stats_.end() ? RoundingStats{} : it->second;
 }
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Variable>& sources) {

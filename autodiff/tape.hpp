@@ -34,14 +34,21 @@
 /// answers one `gradient` call and then stops recording; a persistent one answers any number and keeps
 /// its recording until it is destroyed. Nested tapes record independently, but a tape does not record the
 /// ops another tape's `gradient` runs, so higher-order gradients are not available.
+///
+/// Telemetry: a tape made with {.telemetry = true} counts what every rounding of its reverse pass does
+/// (rounding.hpp). After gradient(), gradient_stats() says what the rounding that produced a tensor's or
+/// a variable's gradient did (the last one: a fan-out sum's), and scope_stats() sums everything the
+/// backward functions of the ops recorded inside one OpScope rounded (a layer's whole backward pass).
 
 #include <mixprec/autodiff/tape_hooks.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -59,6 +66,24 @@ using BackwardFn = std::function<Gradients(const Tensor& dy)>;
 struct GradientTapeOptions {
     bool persistent = false;              ///< allow more than one gradient() call
     bool watch_accessed_variables = true; ///< watch trainable Variables read while recording
+    bool telemetry = false;               ///< count what the reverse pass rounds (gradient_stats, scope_stats)
+    bool telemetry_histogram = false;     ///< and the exponent histograms (RoundingStats::exponent_histogram)
+};
+
+/// Ops recorded while an OpScope lives on this thread belong to its name (an inner scope adds nothing:
+/// the outermost one names them), so that a tape with telemetry can sum what their backward functions
+/// round. Every layer call opens one with the layer's name.
+class OpScope {
+  public:
+    explicit OpScope(std::string name);
+    ~OpScope();
+    OpScope(const OpScope&) = delete;
+    OpScope& operator=(const OpScope&) = delete;
+    /// Whether this scope names the ops recorded now (false inside another scope).
+    bool outermost() const { return outermost_; }
+
+  private:
+    bool outermost_;
 };
 
 /// What a source the target does not depend on gets: zeros (gradient()) or nullopt (gradient_or_none()).
@@ -89,6 +114,20 @@ class GradientTape {
     std::vector<std::optional<Tensor>> gradient_or_none(const Tensor& target, const std::vector<Tensor>& sources);
     std::vector<std::optional<Tensor>> gradient_or_none(const Tensor& target, const std::vector<Variable>& sources);
 
+    /// With telemetry, after gradient(): what the rounding that produced the gradient of `tensor` did
+    /// (nullopt when it got none, or it was not asked for with want_gradient_stats). For a variable, the
+    /// gradient gradient() returned for it.
+    std::optional<RoundingStats> gradient_stats(const Tensor& tensor) const;
+    std::optional<RoundingStats> gradient_stats(const Variable& variable) const;
+    /// With telemetry, after gradient(): everything the backward functions of the ops recorded inside
+    /// OpScope `name` rounded ("" for ops recorded outside any scope), with the sums of fan-out gradients
+    /// they produced; empty stats when there were none.
+    RoundingStats scope_stats(const std::string& name) const;
+    /// The OpScopes of the ops this tape recorded, in the order each first recorded one (a chain of
+    /// layers: input side first).
+    const std::vector<std::string>& scopes() const { return scope_order_; }
+
+    const GradientTapeOptions& options() const { return options_; }
     bool is_recording() const { return recording_; }
     bool is_watched(const Tensor& tensor) const { return watched_.count(tensor.id()) != 0; }
     std::size_t recorded_ops() const { return entries_.size(); }
@@ -97,6 +136,7 @@ class GradientTape {
     friend bool should_record(std::span<const Tensor* const> inputs);
     friend void record(const Tensor& output, std::span<const Tensor* const> inputs, BackwardFn backward);
     friend void notify_variable_read(std::uint64_t variable_uid, const Tensor& value);
+    friend void want_gradient_stats(const Tensor& tensor);
 
     struct Input {
         std::uint64_t id;
@@ -107,7 +147,8 @@ class GradientTape {
     struct Entry {
         std::vector<Input> inputs;
         std::uint64_t output;
-        std::shared_ptr<BackwardFn> backward; // shared by every tape that recorded the op
+        std::shared_ptr<BackwardFn> backward;     // shared by every tape that recorded the op
+        std::shared_ptr<const std::string> scope; // the OpScope it was recorded in, or null
     };
 
     std::vector<std::optional<Tensor>> run(const Tensor& target, const std::vector<Input>& sources, Unconnected mode);
@@ -122,6 +163,11 @@ class GradientTape {
     std::vector<Entry> entries_;
     std::unordered_set<std::uint64_t> watched_;
     std::unordered_map<std::uint64_t, std::vector<Input>> variable_reads_; // variable uid -> values it read
+    std::unordered_map<std::uint64_t, RoundingStats> gradient_stats_;      // tensor id -> its gradient's rounding
+    std::unordered_map<std::uint64_t, RoundingStats> variable_stats_;      // variable uid -> its gradient's rounding
+    std::unordered_map<std::string, RoundingStats> scope_stats_;
+    std::vector<std::string> scope_order_;
+    std::unordered_set<std::uint64_t> stats_wanted_; // tensor ids whose gradient_stats to keep
 };
 
 /// True when some tape on this thread is recording and watches one of `inputs`. Ops call it to skip
@@ -139,6 +185,10 @@ void record(const Tensor& output, std::span<const Tensor* const> inputs, Backwar
 /// `input` (false for an input no watched tensor reaches, such as a batch of data; true outside a
 /// backward pass). An op may skip computing such a gradient and return std::nullopt in its place.
 bool gradient_needed(std::size_t input);
+
+/// Asks every recording tape with telemetry on this thread to keep gradient_stats() of `tensor` (variables'
+/// values are kept without asking; other gradients are not measured, which keeps telemetry cheap).
+void want_gradient_stats(const Tensor& tensor);
 
 /// The same values as a new tensor that no tape watches: gradients do not flow through it.
 Tensor stop_gradient(const Tensor& x);

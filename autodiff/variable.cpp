@@ -1,5 +1,7 @@
 #include <mixprec/autodiff/variable.hpp>
 
+#include <mixprec/autodiff/tensor/rounding.hpp>
+
 #include <mixprec/autodiff/tape_hooks.hpp>
 
 #include <atomic>
@@ -23,6 +25,7 @@ void Variable::set_working_dtype(Dtype dtype) {
 Tensor Variable::read() const {
     State& s = *state_;
     if (!s.working_valid) {
+        const RoundingPause pause; // a working copy is not what rounding telemetry watches
         s.working = s.working_dtype == Dtype::float32 ? s.master : s.master.to(s.working_dtype);
         s.working_valid = true;
     }

@@ -30,6 +30,7 @@ target_sources(mixprec PRIVATE
   models/training/fit.cpp
   models/training/compile.cpp
   models/training/callbacks.cpp
+  models/training/telemetry_json.cpp
   models/training/monitor.cpp
   models/training/csv_logger.cpp
   models/training/learning_rate_scheduler.cpp

@@ -35,6 +35,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace mixprec::autodiff {
+class GradientTape;
+}
+
 namespace mixprec::optim {
 
 using autodiff::Tensor;
@@ -56,6 +60,19 @@ void clip_gradients(const Clipping& clip, std::vector<std::vector<float>>& grads
 /// variable; empty `sums` start at zero). std::invalid_argument, prefixed by `who`, when the number of
 /// gradients or a gradient's size differs from the earlier ones.
 void accumulate_float32(std::vector<std::vector<float>>& sums, const std::vector<Tensor>& grads, std::string_view who);
+
+/// Per-layer loss scaling as a training step sees it (amp::LossScaleOptimizer implements it when made with
+/// per-layer scaling; see amp/layer_scales.hpp): the layers of a chain multiply the gradient flowing back
+/// into their outputs by factor(layer), and after the backward pass the step hands over the tape, whose
+/// telemetry says what each layer's backward pass rounded.
+class LayerScaling {
+  public:
+    virtual ~LayerScaling() = default;
+    /// The power of two the gradient of `layer`'s output is multiplied by on its way back (1 if unknown).
+    virtual float factor(const std::string& layer) const = 0;
+    /// After gradient() on a tape made with telemetry, before apply(): the step's layers and statistics.
+    virtual void observe(const autodiff::GradientTape& tape) = 0;
+};
 
 /// The public members are virtual so that a decorator (amp::LossScaleOptimizer) can forward them.
 /// The interface every optimizer offers (SGD, Adam, AdamW, amp::LossScaleOptimizer, a user's own).
@@ -98,6 +115,8 @@ class Optimizer {
     virtual std::int64_t skipped_steps() const { return 0; }
     /// Global L2 norm of the last step's unscaled gradients, before clipping (here: NaN, not measured).
     virtual double last_gradient_norm() const { return std::numeric_limits<double>::quiet_NaN(); }
+    /// Per-layer loss scaling, if this optimizer does it (here: null).
+    virtual LayerScaling* layer_scaling() { return nullptr; }
 
     /// Everything this optimizer keeps, detached from it: kind, iterations, slots and named values (a
     /// constant learning rate as "learning_rate"; an amp::LossScaleOptimizer adds its scale, counters and

@@ -12,6 +12,7 @@
 #include <mixprec/optim/sgd.hpp>
 
 #include "blobs.hpp"
+#include "policy_guard.hpp"
 #include "op_checks.hpp"
 
 #include <cmath>
@@ -52,10 +53,7 @@ void inject_inf_at(std::vector<std::int64_t> steps, models::FitOptions& options)
     };
 }
 
-struct PolicyGuard {
-    explicit PolicyGuard(const char* name) { amp::set_global_policy(name); }
-    ~PolicyGuard() { amp::set_global_policy("float32"); }
-};
+using test_data::PolicyGuard;
 
 /// Whether Sequential::compile accepts an optimizer passed as O.
 template <class O>

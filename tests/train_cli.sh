@@ -41,7 +41,11 @@ expect 2 "--precision"                         -- --precision float8
 expect 2 "--no-such-flag"                      -- --no-such-flag
 expect 2 "needs --checkpoint PATH"             -- --checkpoint-every 5
 expect 2 "a fixed scale does not move"         -- --loss-scale 100 --growth-interval 5
-expect 2 "'abc' is not dynamic, none"          -- --loss-scale abc
+expect 2 "'abc' is not dynamic, per_layer, none" -- --loss-scale abc
+expect 2 "per_layer moves each layer's scale"  -- --loss-scale per_layer --growth-interval 5
+expect 2 "per_layer scales are powers of two"  -- --loss-scale per_layer --initial-scale 1000
+expect 2 "give --log PATH or --plot PATH"      -- --telemetry
+expect 2 "--telemetry-every requires --telemetry" -- --telemetry-every 5 --log "$work/t.jsonl"
 expect 2 "none turns loss scaling off"         -- --loss-scale none --initial-scale 8
 expect 2 "no checkpoint at $work/missing"      -- --resume "$work/missing"
 expect 2 "should end in .png or .svg"          -- --plot "$work/x.jpg"
@@ -165,6 +169,26 @@ PY
     digest "adamw (lr 0.001, decoupled weight decay 0.004)" -- --optimizer adamw; adamw="$digest"
     digest "adamw (lr 0.001), batch 8" -- --optimizer adamw --weight-decay 0
     differs "--weight-decay 0 (adamw's default is 0.004)" "$adamw" "$digest"
+
+    # --telemetry: every step record names every variable and layer with its counts, and counting changes
+    # no bit of training.
+    digest "sgd (lr 0.01), batch 8" -- --optimizer sgd --telemetry
+    [ "$digest" = "$sgd" ] || { echo "FAILED: --telemetry changed the weights ($sgd -> $digest)"; failures=$((failures + 1)); }
+    if "$python" - "$work/d.jsonl" <<'PY'; then echo "ok: --telemetry logs every variable and layer"; else failures=$((failures + 1)); fi
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1]) if line.startswith('{"step"')]
+assert len(steps) == 3, steps
+names = ["dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias", "dense_2/kernel", "dense_2/bias",
+         "dense/output_grad", "dense/forward", "dense/backward", "loss/backward"]
+for s in steps:
+    t = s["telemetry"]
+    for n in names:
+        assert set(t[n]) >= {"count", "underflow", "subnormal", "overflow", "amax"}, (s["step"], n, t.get(n))
+    assert t["dense/kernel"]["count"] == 784 * 512, t["dense/kernel"]
+PY
+    # --loss-scale per_layer trains, in mixed_float16.
+    expect 0 "loss scaling per layer (initial 32768)" -- "${small[@]/float32/mixed_float16}" --loss-scale per_layer \
+        --max-steps 3
 else
     echo "skipped: the schedule, weight-decay, clipping and accumulation runs (no $python)"
 fi

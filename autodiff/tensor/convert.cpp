@@ -1,6 +1,7 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 
 #include <mixprec/autodiff/tensor/detail/convert_kernels.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -41,12 +42,25 @@ void check_count(const void* src, const void* dst, std::size_t n) {
 
 } // namespace
 
+detail::tally_fn detail::tally_function() { return kernels_for(isa()).tally; }
+
 void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
     check_count(src, dst, n);
     if (n == 0) return;
     const auto& k = kernels_for(isa());
     const auto i = static_cast<std::size_t>(to);
-    (overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i])(src, dst, n);
+    const detail::narrow_fn round = overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i];
+    RoundingRecorder* recorder = active_rounding_recorder();
+    if (recorder == nullptr) [[likely]] {
+        round(src, dst, n);
+        return;
+    }
+    auto* out = static_cast<std::byte*>(dst);
+    const std::size_t width = size_of(to);
+    const RoundingStats stats =
+        detail::tallied(src, n, to, k.tally, recorder->histogram(),
+                        [&](std::size_t at, std::size_t m) { round(src + at, out + at * width, m); });
+    recorder->record(dst, n * width, stats);
 }
 
 void widen(const void* src, Dtype from, float* dst, std::size_t n) {

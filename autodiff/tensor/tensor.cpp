@@ -1,6 +1,7 @@
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@ constexpr std::align_val_t alignment{64};
 std::shared_ptr<std::byte[]> allocate(std::size_t bytes, bool zero) {
     auto* p = static_cast<std::byte*>(::operator new(bytes, alignment));
     if (zero) std::memset(p, 0, bytes);
+    if (RoundingRecorder* recorder = active_rounding_recorder()) recorder->forget(p, bytes);
     return {p, [](std::byte* q) { ::operator delete(q, alignment); }};
 }
 

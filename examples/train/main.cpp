@@ -8,6 +8,7 @@
 #include "options.hpp"
 #include "plot.hpp"
 #include "schedule.hpp"
+#include "telemetry_plot.hpp"
 
 #include <mixprec/mixprec.hpp>
 
@@ -23,19 +24,55 @@ using namespace mixprec;
 
 namespace {
 
-/// Keeps what the plot shows.
+/// Keeps what the plots show.
 class PlotRecorder final : public models::Callback {
   public:
     void on_step_end(models::FitContext& context, const models::StepLogs& logs) override {
         // The plot shows the scale after each step (the log has the one each step used).
         steps.push_back({logs.step, logs.loss, context.optimizer.current_loss_scale(), logs.skipped});
+        if (logs.telemetry) {
+            telemetry.push_back({logs.step, logs.loss_scale, logs.telemetry});
+            if (++with_histograms_ > max_histograms) thin();
+        }
     }
     void on_epoch_end(models::FitContext&, const models::EpochLogs& logs) override {
         if (logs.validation_accuracy) epochs.push_back({logs.last_step, *logs.validation_accuracy});
     }
     std::vector<train::StepPoint> steps;
     std::vector<train::EpochPoint> epochs;
+    std::vector<train::TelemetryPoint> telemetry;
+
+  private:
+    /// Histograms (2 KiB per entry) are kept for at most this many steps, spread over the run: the figure
+    /// draws three of them; the underflow shares need only the counts.
+    static constexpr std::size_t max_histograms = 64;
+
+    /// Drops the histograms of every other step that has them (never the latest).
+    void thin() {
+        bool drop = false;
+        for (std::size_t i = 0; i + 1 < telemetry.size(); ++i) {
+            const auto& entries = telemetry[i].telemetry->entries();
+            if (entries.empty() || entries.front().second.exponent_histogram.empty()) continue;
+            if ((drop = !drop)) {
+                amp::Telemetry counts;
+                for (auto [name, stats] : entries) {
+                    stats.exponent_histogram.clear();
+                    counts.add(name, stats);
+                }
+                telemetry[i].telemetry = std::make_shared<const amp::Telemetry>(std::move(counts));
+                --with_histograms_;
+            }
+        }
+    }
+    std::size_t with_histograms_ = 0;
 };
+
+/// Where the telemetry figure goes beside the run's plot: run.png → run_telemetry.png.
+std::filesystem::path telemetry_plot_path(const std::filesystem::path& plot) {
+    std::filesystem::path path = plot;
+    path.replace_filename(plot.stem().string() + "_telemetry" + plot.extension().string());
+    return path;
+}
 
 /// Sets one gradient element to +inf at the steps asked for, so that the loss scaler has to skip them.
 class NonfiniteInjector {
@@ -75,6 +112,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o, const 
     }
     // Always a LossScaleOptimizer: with scaling off (a fixed scale of 1) it applies exactly what the inner
     // optimizer would, and it still skips a step whose gradients are not finite.
+    if (o.loss_scale == "per_layer")
+        return std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options(),
+                                                         amp::LayerScaleOptions{});
     return std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options());
 }
 
@@ -195,7 +235,10 @@ int run(const train::Options& o) {
     std::printf("mixprec-train: %s, %s, %s (lr %g%s)%s, batch %s, %lld epochs, loss scaling %s\n", o.model.c_str(),
                 o.precision.c_str(), o.optimizer.c_str(), double(*o.learning_rate),
                 describe_optimizer(o, length).c_str(), describe_clipping(o).c_str(), batch.c_str(),
-                static_cast<long long>(o.epochs), describe_scaling(o.loss_scale_options()).c_str());
+                static_cast<long long>(o.epochs),
+                o.loss_scale == "per_layer"
+                    ? ("per layer (initial " + std::to_string(int(o.loss_scale_options().initial_scale)) + ")").c_str()
+                    : describe_scaling(o.loss_scale_options()).c_str());
     std::fflush(stdout);
 
     models::ProgressBar progress(std::cout, o.quiet ? std::optional<bool>(false) : std::nullopt);
@@ -214,7 +257,9 @@ int run(const train::Options& o) {
                            .seed = o.seed,
                            .max_steps = o.max_steps,
                            .accumulate_steps = o.accumulate_steps,
-                           .validation = data.test.get()};
+                           .validation = data.test.get(),
+                           .telemetry_every = o.telemetry ? o.telemetry_every : 0,
+                           .telemetry_histogram = o.telemetry && !o.plot.empty()};
     if (!o.quiet) fit.callbacks.push_back(&progress);
     fit.callbacks.push_back(&terminate);
     if (share_cores) fit.callbacks.push_back(&*share_cores);
@@ -239,6 +284,11 @@ int run(const train::Options& o) {
         std::string title = o.model + ", " + o.precision + ", " + o.optimizer;
         train::write_plot(o.plot, recorder.steps, recorder.epochs, title);
         std::printf("Plot written to %s\n", o.plot.c_str());
+        if (!recorder.telemetry.empty()) {
+            const auto path = telemetry_plot_path(o.plot);
+            train::write_telemetry_plot(path, recorder.telemetry, amp::Policy(o.precision).compute_dtype(), title);
+            std::printf("Telemetry plot written to %s\n", path.c_str());
+        }
     }
     write_outputs(o, model, data);
     print_summary(logger.summary(), completed && !terminate.terminated());

@@ -83,7 +83,15 @@ void check_rule_reads(const Options& o) {
 }
 
 void check(const Options& o, bool dynamic_flags_given) {
-    if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none") {
+    if (o.loss_scale == "per_layer") {
+        if (o.growth_interval || o.hysteresis || o.min_scale || o.max_scale)
+            throw conflict("--loss-scale",
+                           "per_layer moves each layer's scale by its own rule: drop --growth-interval, "
+                           "--hysteresis, --min-scale and --max-scale (--initial-scale sets the loss's)");
+        int exponent = 0;
+        if (o.initial_scale && std::frexp(*o.initial_scale, &exponent) != 0.5f)
+            throw conflict("--initial-scale", "per_layer scales are powers of two: give one (32768, 1024, ...)");
+    } else if (o.loss_scale != "auto" && o.loss_scale != "dynamic" && o.loss_scale != "none") {
         std::size_t used = 0;
         float value = 0;
         try {
@@ -92,7 +100,9 @@ void check(const Options& o, bool dynamic_flags_given) {
             used = 0;
         }
         if (used != o.loss_scale.size() || !std::isfinite(value) || value <= 0)
-            throw conflict("--loss-scale", "'" + o.loss_scale + "' is not dynamic, none, auto or a positive number");
+            throw conflict("--loss-scale", "'" + o.loss_scale +
+                                               "' is not dynamic, per_layer, none, auto or a positive "
+                                               "number");
         if (dynamic_flags_given)
             throw conflict("--loss-scale", "a fixed scale does not move: drop --growth-interval, --hysteresis, "
                                            "--initial-scale, --min-scale and --max-scale");
@@ -107,6 +117,8 @@ void check(const Options& o, bool dynamic_flags_given) {
         const auto ext = o.plot.extension();
         if (ext != ".png" && ext != ".svg") throw conflict("--plot", o.plot.string() + " should end in .png or .svg");
     }
+    if (o.telemetry && o.log.empty() && o.plot.empty())
+        throw conflict("--telemetry", "goes into the log and the plot: give --log PATH or --plot PATH too");
     if (o.optimizer != "sgd" && o.momentum != 0.9f) throw conflict("--momentum", "applies to --optimizer sgd only");
     if (o.optimizer == "adam" && o.weight_decay)
         throw conflict("--weight-decay", "Adam has no weight decay: use --optimizer adamw (decoupled weight decay) "
@@ -150,7 +162,7 @@ amp::LossScaleOptions Options::loss_scale_options() const {
         options.initial_scale = 1.0f;
         return options;
     }
-    if (loss_scale != "dynamic" && loss_scale != "auto") {
+    if (loss_scale != "dynamic" && loss_scale != "auto" && loss_scale != "per_layer") {
         options.dynamic = false;
         options.initial_scale = std::stof(loss_scale);
         return options;
@@ -191,7 +203,8 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seed", o.seed, "Seed of the initial weights, the shuffling and dropout")->capture_default_str();
     app.add_option("--loss-scale", o.loss_scale,
-                   "dynamic, none, a fixed value, or auto (dynamic for float16 and cbfloat16, none otherwise)")
+                   "dynamic, per_layer (a scale per layer, from what each layer's gradients lose), none, a fixed "
+                   "value, or auto (dynamic for float16 and cbfloat16, none otherwise)")
         ->capture_default_str();
     app.add_option("--loss-scale-preset", o.loss_scale_preset, "Rule and defaults of the dynamic scale")
         ->check(CLI::IsMember(preset_names))
@@ -254,6 +267,14 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->check(CLI::IsMember({"float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2"}))
         ->capture_default_str();
     app.add_option("--log", o.log, "Write a JSON-lines log here");
+    CLI::Option* telemetry =
+        app.add_flag("--telemetry", o.telemetry,
+                     "Count what rounding does to every gradient and layer (underflow, subnormal, overflow, amax) and "
+                     "add it to the --log step records");
+    app.add_option("--telemetry-every", o.telemetry_every, "Steps between telemetry records (with --telemetry)")
+        ->check(CLI::PositiveNumber)
+        ->needs(telemetry)
+        ->capture_default_str();
     app.add_option("--plot", o.plot, "Draw loss, accuracy, loss scale and skipped steps here (.png or .svg)");
     app.add_option("--max-steps", o.max_steps,
                    "Stop after this many steps in all (optimizer steps, of --accumulate-steps batches; 0: no limit)")

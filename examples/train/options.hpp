@@ -48,7 +48,9 @@ struct Options {
     std::filesystem::path log;
     std::filesystem::path plot;
     std::int64_t max_steps = 0;
-    int threads = 0; ///< 0: every core
+    bool telemetry = false;           ///< rounding telemetry on step records of the log
+    std::int64_t telemetry_every = 1; ///< on every this many steps
+    int threads = 0;                  ///< 0: every core
     std::vector<std::int64_t> inject_nonfinite;
     bool quiet = false;
 

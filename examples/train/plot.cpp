@@ -1,75 +1,25 @@
-// The trainer's plot: writes the run's data and a gnuplot script to a temporary directory, runs gnuplot
-// on them with posix_spawnp, and reports its failures.
+// The trainer's plot: writes the run's data and a gnuplot script to a temporary directory and runs gnuplot
+// on them (detail/gnuplot.hpp).
 
 #include "plot.hpp"
 
+#include "detail/gnuplot.hpp"
+
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-extern char** environ;
-
 namespace mixprec::train {
 
 namespace fs = std::filesystem;
+using detail::gnuplot_string;
+using detail::write_number;
 
 namespace {
-
-/// A fresh private directory under the system's temporary directory, removed with its contents.
-class ScratchDir {
-  public:
-    ScratchDir() {
-        std::string pattern = (fs::temp_directory_path() / "mixprec-plot-XXXXXX").string();
-        if (::mkdtemp(pattern.data()) == nullptr) {
-            std::string message = "write_plot: cannot create a temporary directory: ";
-            message += std::strerror(errno);
-            throw std::runtime_error(message);
-        }
-        path_ = pattern;
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    ScratchDir(const ScratchDir&) = delete;
-    ScratchDir& operator=(const ScratchDir&) = delete;
-    const fs::path& path() const { return path_; }
-
-  private:
-    fs::path path_;
-};
-
-/// A gnuplot single-quoted string: a quote inside is doubled, control characters become spaces.
-std::string gnuplot_string(const std::string& text) {
-    std::string out = "'";
-    for (const char c : text) {
-        if (c == '\'') out += '\'';
-        out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-    }
-    out += '\'';
-    return out;
-}
-
-/// A number for the data file: "NaN" (which gnuplot leaves out) for non-finite values.
-void write_number(std::ostream& os, double v) {
-    if (std::isfinite(v))
-        os << v;
-    else
-        os << "NaN";
-}
 
 /// Two data blocks, which the script selects with `index`: 0 has one line per step
 /// (step, loss, loss scale, 1 if skipped, skips so far), 1 one line per evaluation (step, accuracy %).
@@ -124,15 +74,7 @@ std::string script(const fs::path& out, bool svg, const fs::path& data, std::spa
 
     const std::string d = gnuplot_string(data.string());
     std::ostringstream s;
-    if (svg) {
-        s << "set terminal svg size 1000,1150 dynamic font 'sans,12' background '#ffffff'\n";
-    } else {
-        s << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-             "    set terminal pngcairo size 1000,1150 font 'sans,11' background '#ffffff'\n"
-             "} else {\n"
-             "    set terminal png size 1000,1150\n"
-             "}\n";
-    }
+    s << detail::gnuplot_terminal(svg, 1000, 1150);
     s << "set output " << gnuplot_string(out.string()) << "\n"
       << "set xrange [" << first << ":" << last << "]\n"
       << "set grid xtics ytics lt 1 lc rgb '#c8c8c8' lw 0.5\n"
@@ -171,54 +113,11 @@ std::string script(const fs::path& out, bool svg, const fs::path& data, std::spa
     return s.str();
 }
 
-/// Runs `gnuplot script`, its output and errors going to `log`; returns the exit status.
-int run_gnuplot(const fs::path& script_file, const fs::path& log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    std::string program = "gnuplot", argument = script_file.string();
-    char* argv[] = {program.data(), argument.data(), nullptr};
-    pid_t pid = 0;
-    const int spawned = posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (spawned == ENOENT)
-        throw std::runtime_error("write_plot: gnuplot is not installed (or not on the PATH); install it with: "
-                                 "sudo apt-get install gnuplot-nox");
-    if (spawned != 0) {
-        std::string message = "write_plot: cannot run gnuplot: ";
-        message += std::strerror(spawned);
-        throw std::runtime_error(message);
-    }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) throw std::runtime_error("write_plot: lost track of gnuplot");
-    return status;
-}
-
-std::string read_text(const fs::path& file, std::size_t limit) {
-    std::ifstream is(file);
-    std::string text(limit, '\0');
-    is.read(text.data(), static_cast<std::streamsize>(limit));
-    text.resize(static_cast<std::size_t>(is.gcount()));
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    return text;
-}
-
 } // namespace
 
 void write_plot(const fs::path& out, std::span<const StepPoint> steps, std::span<const EpochPoint> epochs,
                 const std::string& title) {
-    const fs::path ext = out.extension();
-    if (ext != ".png" && ext != ".svg") {
-        std::string message = "plot file '";
-        message += out.string();
-        message += "': cannot tell the format from its extension '";
-        message += ext.string();
-        message += "'; use .png or .svg";
-        throw std::invalid_argument(message);
-    }
+    const bool svg = detail::plot_is_svg(out);
     if (steps.empty()) {
         std::string message = "plot file '";
         message += out.string();
@@ -226,41 +125,10 @@ void write_plot(const fs::path& out, std::span<const StepPoint> steps, std::span
         throw std::invalid_argument(message);
     }
 
-    const ScratchDir scratch;
-    const fs::path data = scratch.path() / "run.dat", script_file = scratch.path() / "run.gp";
-    const fs::path log = scratch.path() / "gnuplot.log";
+    const detail::ScratchDir scratch("write_plot");
+    const fs::path data = scratch.path() / "run.dat";
     write_data(data, steps, epochs);
-    {
-        std::ofstream os(script_file);
-        os << script(out, ext == ".svg", data, steps, epochs, title);
-        if (!os) {
-            std::string message = "write_plot: cannot write the gnuplot script ";
-            message += script_file.string();
-            throw std::runtime_error(message);
-        }
-    }
-    const int status = run_gnuplot(script_file, log);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-        throw std::runtime_error("write_plot: gnuplot could not be started; install it with: "
-                                 "sudo apt-get install gnuplot-nox");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::string message = "write_plot: gnuplot failed to draw '";
-        message += out.string();
-        message += "' (";
-        message += WIFEXITED(status) ? "exit status " : "killed by signal ";
-        message += std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-        message += "): ";
-        message += read_text(log, 2000);
-        throw std::runtime_error(message);
-    }
-    std::error_code ec;
-    if (fs::file_size(out, ec) == 0 || ec) {
-        std::string message = "write_plot: gnuplot exited normally but wrote nothing to '";
-        message += out.string();
-        message += "': ";
-        message += read_text(log, 2000);
-        throw std::runtime_error(message);
-    }
+    detail::run_gnuplot("write_plot", out, scratch.path() / "run.gp", script(out, svg, data, steps, epochs, title));
 }
 
 } // namespace mixprec::train

@@ -2,7 +2,9 @@
 
 #include <mixprec/models/layers/detail/checks.hpp>
 
+#include <mixprec/amp/telemetry.hpp>
 #include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/autodiff/tape.hpp>
 
 #include <algorithm>
 #include <span>
@@ -64,9 +66,23 @@ Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
         build(example_shape_of(x), context.building->init_rng);
     }
     detail::check_batch(*this, input_shape_, x.shape());
+    const autodiff::OpScope scope(name_);
+    amp::StepTelemetry* telemetry = scope.outermost() ? amp::StepTelemetry::active() : nullptr;
+    std::optional<autodiff::RoundingRecorder> rounding;
+    if (telemetry)
+        rounding.emplace(
+            autodiff::RoundingRecorderOptions{.histogram = telemetry->options().histogram, .writes = false});
     const autodiff::Dtype compute = policy().compute_dtype();
-    if (keeps_input_dtype() || x.dtype() == compute) return forward(x, context);
-    return forward(autodiff::cast(x, compute), context);
+    Tensor y = keeps_input_dtype() || x.dtype() == compute ? forward(x, context)
+                                                           : forward(autodiff::cast(x, compute), context);
+    if (scope.outermost() && context.layer_scaling)
+        if (const float factor = context.layer_scaling->factor(name_); factor != 1.0f)
+            y = autodiff::scale_gradient(y, factor);
+    if (telemetry) {
+        autodiff::want_gradient_stats(y);
+        telemetry->layer_called(name_, y, rounding->total());
+    }
+    return y;
 }
 
 std::size_t Layer::count_params() const {

@@ -13,6 +13,7 @@
 #include <mixprec/autodiff/tensor/rng.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 #include <mixprec/autodiff/variable.hpp>
+#include <mixprec/optim/optimizer.hpp>
 
 #include <array>
 #include <memory>
@@ -45,6 +46,9 @@ struct CallContext {
     bool training = false;          ///< dropout is active only when training
     Rng* dropout_rng = nullptr;     ///< required by Dropout when training
     BuildScope* building = nullptr; ///< set by Model::build only
+    /// Per-layer loss scaling (amp/layer_scales.hpp), set by a training step of a chain of layers: each
+    /// outermost layer call multiplies the gradient flowing back into its output by its factor.
+    optim::LayerScaling* layer_scaling = nullptr;
 };
 
 class Layer {

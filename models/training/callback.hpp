@@ -2,10 +2,12 @@
 /// Callback: hooks into fit(), as Keras's callbacks. A callback sees the model, the optimizer and the
 /// training state through FitContext, and can ask fit to stop after the current step.
 
+#include <mixprec/amp/telemetry.hpp>
 #include <mixprec/models/io/training_state.hpp>
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +43,9 @@ struct StepLogs {
     bool skipped = false;     ///< the gradients had an inf or NaN and nothing was updated
     double gradient_norm = 0; ///< global L2 norm of the unscaled gradients (inf if skipped)
     float learning_rate = 0;  ///< the rate this step used
+    /// The step's rounding telemetry (amp/telemetry.hpp) on the steps FitOptions::telemetry_every asks
+    /// for (summed over the batches of an accumulating step), else null.
+    std::shared_ptr<const amp::Telemetry> telemetry{};
 };
 
 /// One epoch, as fit reports it.

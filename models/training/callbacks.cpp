@@ -2,6 +2,7 @@
 
 #include <mixprec/models/training/fit.hpp>
 #include <mixprec/models/training/model_checkpoint.hpp>
+#include <mixprec/models/training/telemetry_json.hpp>
 
 #include <mixprec/autodiff/tensor/isa.hpp>
 
@@ -243,7 +244,8 @@ void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
              << ",\"loss_scale\":" << json_number(logs.loss_scale)
              << ",\"skipped\":" << (logs.skipped ? "true" : "false")
              << ",\"grad_norm\":" << json_number(logs.gradient_norm)
-             << ",\"learning_rate\":" << json_number(logs.learning_rate) << "}\n";
+             << ",\"learning_rate\":" << json_number(logs.learning_rate)
+             << (logs.telemetry ? ",\"telemetry\":" + telemetry_json(*logs.telemetry) : std::string()) << "}\n";
     step_start_ = Clock::now(); // logging is not training time
 }
 

@@ -96,7 +96,7 @@ struct RunSummary {
 };
 
 /// One JSON object per line: per step {"step","epoch","loss","loss_scale","skipped","grad_norm",
-/// "learning_rate"}, per epoch {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for
+/// "learning_rate"} and "telemetry" (telemetry_json.hpp) on steps that recorded it, per epoch {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for
 /// every compiled metric, "test_loss" and "test_<metric>" with validation data, "seconds",
 /// "samples_per_second"} and, when training ends, {"event":"end", RunSummary's fields}. Epochs count from 1;
 /// the loss is unscaled and loss_scale is the scale the step used; non-finite numbers are written as null.

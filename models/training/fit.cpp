@@ -1,5 +1,6 @@
 #include <mixprec/models/training/fit.hpp>
 
+#include <mixprec/amp/telemetry.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/models/training/detail/figures.hpp>
@@ -54,11 +55,19 @@ std::string weights_digest(const std::vector<autodiff::Variable>& variables) {
 
 BatchGradients batch_gradients(const TrainStep& s) {
     BatchGradients result;
-    autodiff::GradientTape tape;
-    result.y_pred = s.model(s.x, {.training = true, .dropout_rng = &s.dropout_rng});
+    amp::StepTelemetry* telemetry = amp::StepTelemetry::active();
+    optim::LayerScaling* per_layer = s.optimizer.layer_scaling();
+    if (per_layer && !s.model.layers_form_a_chain())
+        throw std::invalid_argument("per-layer loss scaling needs a model whose layers form a chain (a Sequential): "
+                                    "where two paths of gradients meet, their layers' scales would differ");
+    autodiff::GradientTape tape({.telemetry = telemetry != nullptr || per_layer != nullptr,
+                                 .telemetry_histogram = telemetry != nullptr && telemetry->options().histogram});
+    result.y_pred = s.model(s.x, {.training = true, .dropout_rng = &s.dropout_rng, .layer_scaling = per_layer});
     const autodiff::Tensor loss = s.loss(s.y, result.y_pred);
     result.loss = loss.flat(0);
     result.grads = tape.gradient(s.optimizer.scale_loss(loss), s.variables);
+    if (telemetry) telemetry->record(tape, s.variables);
+    if (per_layer) per_layer->observe(tape);
     return result;
 }
 
@@ -205,6 +214,9 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
             std::size_t count = 0;
             std::vector<autodiff::Tensor> ys, y_preds;
             bool applied = true;
+            std::optional<amp::StepTelemetry> telemetry;
+            if (options.telemetry_every > 0 && step_number % options.telemetry_every == 0)
+                telemetry.emplace(autodiff::RoundingRecorderOptions{.histogram = options.telemetry_histogram});
             for (std::int64_t k = 0; k < options.accumulate_steps && state.batch_in_epoch < batches; ++k) {
                 const std::size_t begin = static_cast<std::size_t>(state.batch_in_epoch) * options.batch_size;
                 const std::size_t n = std::min(options.batch_size, data.size() - begin);
@@ -236,6 +248,10 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
             }
             if (options.accumulate_steps > 1) applied = accumulator.apply(optimizer, variables);
             ++state.step;
+            if (telemetry) {
+                logs.telemetry = std::make_shared<const amp::Telemetry>(telemetry->result());
+                telemetry.reset();
+            }
 
             logs.loss = loss_sum / double(count);
             logs.metrics = measure(objective.metrics, stack(ys), stack(y_preds));

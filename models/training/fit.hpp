@@ -70,7 +70,8 @@ struct BatchGradients {
     std::vector<autodiff::Tensor> grads{}; ///< of step.variables, scaled as optimizer.scale_loss scales the loss
 };
 
-/// The forward pass with training = true, the loss and the (scaled) gradients of step.variables.
+/// The forward pass with training = true, the loss and the (scaled) gradients of step.variables; with an
+/// amp::StepTelemetry active, the tape counts its roundings and the step's telemetry is recorded there.
 BatchGradients batch_gradients(const TrainStep& step);
 
 /// fit's step (see the file comment); `hook`, if set, sees the gradients before apply.
@@ -122,6 +123,10 @@ struct FitOptions {
     std::optional<Loss> loss{};
     /// The metrics; unset: the model's compiled metrics (Model::fit), else {"accuracy"}.
     std::optional<std::vector<Metric>> metrics{};
+    /// > 0: the steps whose number is a multiple of it record rounding telemetry (amp/telemetry.hpp) and
+    /// hand it to callbacks in StepLogs::telemetry; other steps count nothing and cost nothing more.
+    std::int64_t telemetry_every = 0;
+    bool telemetry_histogram = false; ///< and the exponent histograms (about 1 ns per value rounded)
 };
 
 /// What evaluate measures.

@@ -134,6 +134,10 @@ class Model {
     /// FitOptions::accumulate_steps > 1 fit runs its own accumulating step instead (fit.hpp).
     virtual TrainStepResult train_step(const TrainStep& step);
 
+    /// Whether each layer takes the previous one's output, and only it (Sequential): what per-layer loss
+    /// scaling needs (amp/layer_scales.hpp). A model of your own is not one unless it says so.
+    virtual bool layers_form_a_chain() const { return false; }
+
   protected:
     /// `name` titles the summary ("model" when empty).
     explicit Model(std::string name = "model");

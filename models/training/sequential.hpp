@@ -46,6 +46,7 @@ class Sequential : public Model {
   protected:
     /// Each layer in turn.
     Tensor call(const Tensor& x, const CallContext& context) override;
+    bool layers_form_a_chain() const override { return true; }
     /// Each layer in turn, for the shape the one before gives (no forward pass).
     Shape build_layers(const Shape& input_shape, Rng& init_rng) override;
 };

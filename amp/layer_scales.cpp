@@ -1,0 +1,204 @@
+#include <mixprec/amp/layer_scales.hpp>
+
+#include <mixprec/autodiff/tensor/rounding.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+namespace mixprec::amp {
+namespace {
+
+constexpr const char* layer_value = "layer_scale/layer/"; // + "<position>/<name>"
+
+void check(const LayerScaleOptions& o) {
+    if (o.margin < 0 || o.margin > 30) throw std::invalid_argument("LayerScaleOptions: margin must be in [0, 30]");
+    if (o.window < 1 || o.window > 30) throw std::invalid_argument("LayerScaleOptions: window must be in [1, 30]");
+    if (o.min_exponent < -100 || o.max_exponent > 100 || o.min_exponent > o.max_exponent)
+        throw std::invalid_argument("LayerScaleOptions: need -100 ≤ min_exponent ≤ max_exponent ≤ 100");
+}
+
+/// The least d ≥ 1 with amax · 2^-d < safe (exact: ldexp only moves the exponent).
+int backoff(double amax, double safe) {
+    if (!(amax > 0) || !std::isfinite(amax)) return 1;
+    int d = std::max(1, std::ilogb(amax) - std::ilogb(safe));
+    while (d > 1 && std::ldexp(amax, -(d - 1)) < safe) --d;
+    while (std::ldexp(amax, -d) >= safe) ++d;
+    return d;
+}
+
+/// The largest d with amax · 2^d < safe (amax > 0).
+int growth(double amax, double safe) {
+    int d = std::ilogb(safe) - std::ilogb(amax);
+    while (std::ldexp(amax, d) >= safe) --d;
+    while (std::ldexp(amax, d + 1) < safe) ++d;
+    return d;
+}
+
+} // namespace
+
+LayerScales::LayerScales(LayerScaleOptions options, int initial_loss_exponent)
+    : options_(options), loss_exponent_(initial_loss_exponent) {
+    check(options_);
+    if (initial_loss_exponent < options_.min_exponent || initial_loss_exponent > options_.max_exponent)
+        throw std::invalid_argument("LayerScales: the initial loss exponent " + std::to_string(initial_loss_exponent) +
+                                    " is outside [min_exponent, max_exponent]");
+}
+
+int LayerScales::exponent_after(std::size_t layer) const {
+    return layer + 1 < layers_.size() ? layers_[layer + 1].exponent : loss_exponent_;
+}
+
+float LayerScales::factor(const std::string& layer) const {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+        if (layers_[i].name == layer) return std::ldexp(1.0f, layers_[i].exponent - exponent_after(i));
+    return 1.0f;
+}
+
+float LayerScales::loss_scale() const { return std::ldexp(1.0f, loss_exponent_); }
+
+float LayerScales::gradient_scale(const std::string& variable) const {
+    const Layer* owner = nullptr;
+    for (const Layer& l : layers_)
+        if (variable.size() > l.name.size() && variable.starts_with(l.name) && variable[l.name.size()] == '/' &&
+            (owner == nullptr || l.name.size() > owner->name.size()))
+            owner = &l;
+    return std::ldexp(1.0f, owner ? owner->exponent : loss_exponent_);
+}
+
+void LayerScales::observe(const autodiff::GradientTape& tape) {
+    const std::vector<std::string>& scopes = tape.scopes();
+    if (!scopes.empty()) { // the chain as this step ran it; known layers keep their exponents
+        std::vector<Layer> chain(scopes.size());
+        std::vector<Observed> pending(scopes.size());
+        std::vector<bool> known(scopes.size(), false);
+        for (std::size_t i = 0; i < scopes.size(); ++i) {
+            chain[i].name = scopes[i];
+            for (std::size_t j = 0; j < layers_.size(); ++j)
+                if (layers_[j].name == scopes[i]) {
+                    chain[i].exponent = layers_[j].exponent;
+                    pending[i] = observed_[j];
+                    known[i] = true;
+                }
+        }
+        for (std::size_t i = chain.size(); i-- > 0;)
+            if (!known[i]) chain[i].exponent = i + 1 < chain.size() ? chain[i + 1].exponent : loss_exponent_;
+        layers_ = std::move(chain);
+        observed_ = std::move(pending);
+    }
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+        observed_[i].stats += tape.scope_stats(layers_[i].name);
+        observed_[i].seen = true;
+    }
+    loss_observed_.stats += tape.scope_stats("");
+    loss_observed_.seen = true;
+}
+
+int LayerScales::next_exponent(int exponent, const autodiff::RoundingStats& stats, float threshold) const {
+    const double safe = std::ldexp(double(threshold), -options_.margin);
+    const double amax = stats.amax;
+    if (stats.overflow > 0 || amax >= safe) return exponent - backoff(amax, safe);
+    if (amax > 0 && amax < std::ldexp(safe, -options_.window)) return exponent + growth(amax, safe);
+    return exponent;
+}
+
+void LayerScales::update(bool step_applied, autodiff::Dtype gradients) {
+    const auto clamp = [&](int e) { return std::clamp(e, options_.min_exponent, options_.max_exponent); };
+    if (gradients != autodiff::Dtype::float32) {
+        const float threshold = autodiff::rounding_thresholds(gradients).overflow_min;
+        bool overflowed = loss_observed_.stats.overflow > 0;
+        for (const Observed& o : observed_) overflowed = overflowed || o.stats.overflow > 0;
+        if (!step_applied && !overflowed) {
+            loss_exponent_ = clamp(loss_exponent_ - 1);
+            for (Layer& l : layers_) l.exponent = clamp(l.exponent - 1);
+        } else {
+            if (loss_observed_.seen)
+                loss_exponent_ = clamp(next_exponent(loss_exponent_, loss_observed_.stats, threshold));
+            for (std::size_t i = 0; i < layers_.size(); ++i)
+                if (observed_[i].seen)
+                    layers_[i].exponent = clamp(next_exponent(layers_[i].exponent, observed_[i].stats, threshold));
+        }
+    }
+    loss_observed_ = {};
+    observed_.assign(layers_.size(), Observed{});
+}
+
+std::vector<optim::StateValue> LayerScales::values() const {
+    std::vector<optim::StateValue> v{
+        {"layer_scale/margin", std::int64_t{options_.margin}},
+        {"layer_scale/window", std::int64_t{options_.window}},
+        {"layer_scale/min_exponent", std::int64_t{options_.min_exponent}},
+        {"layer_scale/max_exponent", std::int64_t{options_.max_exponent}},
+        {"layer_scale/loss_exponent", std::int64_t{loss_exponent_}},
+        {"layer_scale/layers", std::int64_t(layers_.size())},
+    };
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+        v.push_back({layer_value + std::to_string(i) + "/" + layers_[i].name, std::int64_t{layers_[i].exponent}});
+    return v;
+}
+
+LayerScales LayerScales::from_values(std::span<const optim::StateValue> values) {
+    std::map<std::string, std::int64_t> fields;
+    std::map<std::size_t, Layer> layers;
+    const auto integer = [](const optim::StateValue& v) {
+        const auto* i = std::get_if<std::int64_t>(&v.value);
+        if (!i) throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' must be an integer");
+        const std::int64_t limit = v.name == "layer_scale/layers" ? std::int64_t{1} << 20 : 1000;
+        if (*i < -limit || *i > limit)
+            throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' is out of range");
+        return *i;
+    };
+    for (const optim::StateValue& v : values) {
+        if (v.name.starts_with(layer_value)) {
+            const std::string rest = v.name.substr(std::string_view(layer_value).size());
+            const auto slash = rest.find('/');
+            std::size_t position = 0;
+            const bool digits =
+                slash != std::string::npos && slash > 0 && slash <= 4 &&
+                std::all_of(rest.begin(), rest.begin() + long(slash), [](char c) { return c >= '0' && c <= '9'; });
+            if (!digits || rest.size() == slash + 1)
+                throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
+            position = std::stoul(rest.substr(0, slash));
+            if (!layers.emplace(position, Layer{rest.substr(slash + 1), int(integer(v))}).second)
+                throw std::invalid_argument("per-layer loss scale: layer position " + std::to_string(position) +
+                                            " is given twice");
+            continue;
+        }
+        if (!fields.emplace(v.name, integer(v)).second)
+            throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' is given twice");
+    }
+    const auto field = [&](const std::string& name) {
+        auto it = fields.find("layer_scale/" + name);
+        if (it == fields.end())
+            throw std::invalid_argument("per-layer loss scale: value 'layer_scale/" + name + "' is missing");
+        const std::int64_t value = it->second;
+        fields.erase(it);
+        return value;
+    };
+    LayerScaleOptions options{int(field("margin")), int(field("window")), int(field("min_exponent")),
+                              int(field("max_exponent"))};
+    const std::int64_t loss = field("loss_exponent");
+    const std::int64_t count = field("layers");
+    if (!fields.empty())
+        throw std::invalid_argument("per-layer loss scale: unknown value '" + fields.begin()->first + "'");
+    if (count < 0 || std::uint64_t(count) > max_layers || std::size_t(count) != layers.size())
+        throw std::invalid_argument("per-layer loss scale: " + std::to_string(layers.size()) +
+                                    " layers for a count of " + std::to_string(count) + " (at most " +
+                                    std::to_string(max_layers) + ")");
+    LayerScales scales(options, int(loss));
+    for (const auto& [position, layer] : layers) {
+        if (position != scales.layers_.size())
+            throw std::invalid_argument("per-layer loss scale: layer positions are not 0.." +
+                                        std::to_string(count - 1));
+        if (layer.exponent < options.min_exponent || layer.exponent > options.max_exponent)
+            throw std::invalid_argument("per-layer loss scale: layer '" + layer.name + "' has exponent " +
+                                        std::to_string(layer.exponent) + ", outside [min_exponent, max_exponent]");
+        scales.layers_.push_back(layer);
+    }
+    scales.observed_.assign(scales.layers_.size(), Observed{});
+    return scales;
+}
+
+} // namespace mixprec::amp
