@@ -11,11 +11,14 @@
 namespace mixprec::amp {
 namespace {
 
-constexpr const char* layer_value = "layer_scale/layer/"; // + "<position>/<name>"
+constexpr const char* layer_value = "layer_scale/layer/";     // + "<position>/<name>": E
+constexpr const char* unmoved_value = "layer_scale/unmoved/"; // + "<position>": n
 
 void check(const LayerScaleOptions& o) {
     if (o.margin < 0 || o.margin > 30) throw std::invalid_argument("LayerScaleOptions: margin must be in [0, 30]");
     if (o.window < 1 || o.window > 30) throw std::invalid_argument("LayerScaleOptions: window must be in [1, 30]");
+    if (o.growth_interval < 1 || o.growth_interval > 1'000'000'000)
+        throw std::invalid_argument("LayerScaleOptions: growth_interval must be in [1, 1e9]");
     if (o.min_exponent < -100 || o.max_exponent > 100 || o.min_exponent > o.max_exponent)
         throw std::invalid_argument("LayerScaleOptions: need -100 ≤ min_exponent ≤ max_exponent ≤ 100");
 }
@@ -40,7 +43,7 @@ int growth(double amax, double safe) {
 } // namespace
 
 LayerScales::LayerScales(LayerScaleOptions options, int initial_loss_exponent)
-    : options_(options), loss_exponent_(initial_loss_exponent) {
+    : options_(options), loss_exponent_(initial_loss_exponent), loss_unmoved_(options.growth_interval) {
     check(options_);
     if (initial_loss_exponent < options_.min_exponent || initial_loss_exponent > options_.max_exponent)
         throw std::invalid_argument("LayerScales: the initial loss exponent " + std::to_string(initial_loss_exponent) +
@@ -78,13 +81,16 @@ void LayerScales::observe(const autodiff::GradientTape& tape) {
             chain[i].name = scopes[i];
             for (std::size_t j = 0; j < layers_.size(); ++j)
                 if (layers_[j].name == scopes[i]) {
-                    chain[i].exponent = layers_[j].exponent;
+                    chain[i] = layers_[j];
                     pending[i] = observed_[j];
                     known[i] = true;
                 }
         }
         for (std::size_t i = chain.size(); i-- > 0;)
-            if (!known[i]) chain[i].exponent = i + 1 < chain.size() ? chain[i + 1].exponent : loss_exponent_;
+            if (!known[i]) {
+                chain[i].exponent = i + 1 < chain.size() ? chain[i + 1].exponent : loss_exponent_;
+                chain[i].unmoved = options_.growth_interval;
+            }
         layers_ = std::move(chain);
         observed_ = std::move(pending);
     }
@@ -96,12 +102,20 @@ void LayerScales::observe(const autodiff::GradientTape& tape) {
     loss_observed_.seen = true;
 }
 
-int LayerScales::next_exponent(int exponent, const autodiff::RoundingStats& stats, float threshold) const {
+void LayerScales::step(int& exponent, std::int64_t& unmoved, const autodiff::RoundingStats& stats,
+                       float threshold) const {
     const double safe = std::ldexp(double(threshold), -options_.margin);
     const double amax = stats.amax;
-    if (stats.overflow > 0 || amax >= safe) return exponent - backoff(amax, safe);
-    if (amax > 0 && amax < std::ldexp(safe, -options_.window)) return exponent + growth(amax, safe);
-    return exponent;
+    const auto clamp = [&](int e) { return std::clamp(e, options_.min_exponent, options_.max_exponent); };
+    if (stats.overflow > 0 || amax >= safe) {
+        exponent = clamp(exponent - backoff(amax, safe));
+        unmoved = 0;
+    } else if (unmoved + 1 >= options_.growth_interval && amax > 0 && amax < std::ldexp(safe, -options_.window)) {
+        exponent = clamp(exponent + growth(amax, safe));
+        unmoved = 0;
+    } else {
+        unmoved = std::min(unmoved + 1, options_.growth_interval);
+    }
 }
 
 void LayerScales::update(bool step_applied, autodiff::Dtype gradients) {
@@ -112,13 +126,15 @@ void LayerScales::update(bool step_applied, autodiff::Dtype gradients) {
         for (const Observed& o : observed_) overflowed = overflowed || o.stats.overflow > 0;
         if (!step_applied && !overflowed) {
             loss_exponent_ = clamp(loss_exponent_ - 1);
-            for (Layer& l : layers_) l.exponent = clamp(l.exponent - 1);
+            loss_unmoved_ = 0;
+            for (Layer& l : layers_) {
+                l.exponent = clamp(l.exponent - 1);
+                l.unmoved = 0;
+            }
         } else {
-            if (loss_observed_.seen)
-                loss_exponent_ = clamp(next_exponent(loss_exponent_, loss_observed_.stats, threshold));
+            if (loss_observed_.seen) step(loss_exponent_, loss_unmoved_, loss_observed_.stats, threshold);
             for (std::size_t i = 0; i < layers_.size(); ++i)
-                if (observed_[i].seen)
-                    layers_[i].exponent = clamp(next_exponent(layers_[i].exponent, observed_[i].stats, threshold));
+                if (observed_[i].seen) step(layers_[i].exponent, layers_[i].unmoved, observed_[i].stats, threshold);
         }
     }
     loss_observed_ = {};
@@ -131,26 +147,42 @@ std::vector<optim::StateValue> LayerScales::values() const {
         {"layer_scale/window", std::int64_t{options_.window}},
         {"layer_scale/min_exponent", std::int64_t{options_.min_exponent}},
         {"layer_scale/max_exponent", std::int64_t{options_.max_exponent}},
+        {"layer_scale/growth_interval", options_.growth_interval},
         {"layer_scale/loss_exponent", std::int64_t{loss_exponent_}},
+        {"layer_scale/loss_unmoved", loss_unmoved_},
         {"layer_scale/layers", std::int64_t(layers_.size())},
     };
-    for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
         v.push_back({layer_value + std::to_string(i) + "/" + layers_[i].name, std::int64_t{layers_[i].exponent}});
+        v.push_back({unmoved_value + std::to_string(i), layers_[i].unmoved});
+    }
     return v;
 }
 
 LayerScales LayerScales::from_values(std::span<const optim::StateValue> values) {
     std::map<std::string, std::int64_t> fields;
     std::map<std::size_t, Layer> layers;
+    std::map<std::size_t, std::int64_t> unmoved;
     const auto integer = [](const optim::StateValue& v) {
         const auto* i = std::get_if<std::int64_t>(&v.value);
         if (!i) throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' must be an integer");
-        const std::int64_t limit = v.name == "layer_scale/layers" ? std::int64_t{1} << 20 : 1000;
+        const bool counter = v.name == "layer_scale/layers" || v.name == "layer_scale/growth_interval" ||
+                             v.name == "layer_scale/loss_unmoved" || v.name.starts_with(unmoved_value);
+        const std::int64_t limit = counter ? 1'000'000'000 : 1000;
         if (*i < -limit || *i > limit)
             throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' is out of range");
         return *i;
     };
     for (const optim::StateValue& v : values) {
+        if (v.name.starts_with(unmoved_value)) {
+            const std::string rest = v.name.substr(std::string_view(unmoved_value).size());
+            if (rest.empty() || rest.size() > 7 ||
+                !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
+                throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
+            if (!unmoved.emplace(std::stoul(rest), integer(v)).second)
+                throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' is given twice");
+            continue;
+        }
         if (v.name.starts_with(layer_value)) {
             const std::string rest = v.name.substr(std::string_view(layer_value).size());
             const auto slash = rest.find('/');
@@ -161,7 +193,7 @@ LayerScales LayerScales::from_values(std::span<const optim::StateValue> values) 
             if (!digits || rest.size() == slash + 1)
                 throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
             position = std::stoul(rest.substr(0, slash));
-            if (!layers.emplace(position, Layer{rest.substr(slash + 1), int(integer(v))}).second)
+            if (!layers.emplace(position, Layer{rest.substr(slash + 1), int(integer(v)), 0}).second)
                 throw std::invalid_argument("per-layer loss scale: layer position " + std::to_string(position) +
                                             " is given twice");
             continue;
@@ -177,18 +209,32 @@ LayerScales LayerScales::from_values(std::span<const optim::StateValue> values) 
         fields.erase(it);
         return value;
     };
-    LayerScaleOptions options{int(field("margin")), int(field("window")), int(field("min_exponent")),
-                              int(field("max_exponent"))};
+    LayerScaleOptions options{int(field("margin")), int(field("window")), field("growth_interval"),
+                              int(field("min_exponent")), int(field("max_exponent"))};
     const std::int64_t loss = field("loss_exponent");
+    const std::int64_t loss_unmoved = field("loss_unmoved");
     const std::int64_t count = field("layers");
     if (!fields.empty())
         throw std::invalid_argument("per-layer loss scale: unknown value '" + fields.begin()->first + "'");
-    if (count < 0 || std::uint64_t(count) > max_layers || std::size_t(count) != layers.size())
+    if (count < 0 || std::uint64_t(count) > max_layers || std::size_t(count) != layers.size() ||
+        unmoved.size() != layers.size())
         throw std::invalid_argument("per-layer loss scale: " + std::to_string(layers.size()) +
                                     " layers for a count of " + std::to_string(count) + " (at most " +
                                     std::to_string(max_layers) + ")");
     LayerScales scales(options, int(loss));
-    for (const auto& [position, layer] : layers) {
+    const auto check_unmoved = [&](std::int64_t n, const std::string& whose) {
+        if (n < 0 || n > options.growth_interval)
+            throw std::invalid_argument("per-layer loss scale: " + whose + " has " + std::to_string(n) +
+                                        " steps unmoved, outside [0, growth_interval]");
+        return n;
+    };
+    scales.loss_unmoved_ = check_unmoved(loss_unmoved, "the loss");
+    for (auto [position, layer] : layers) {
+        auto it = unmoved.find(position);
+        if (it == unmoved.end())
+            throw std::invalid_argument("per-layer loss scale: layer " + std::to_string(position) +
+                                        " has no 'unmoved' count");
+        layer.unmoved = check_unmoved(it->second, "layer '" + layer.name + "'");
         if (position != scales.layers_.size())
             throw std::invalid_argument("per-layer loss scale: layer positions are not 0.." +
                                         std::to_string(count - 1));

@@ -17,17 +17,23 @@
 /// finite magnitude before rounding, and overflow_g, the values that rounded beyond the format. With
 /// T = the least magnitude that overflows the gradients' format (65520 for float16) and safe = T / 2^margin:
 ///
-///   condition                                   E_g becomes
-///   overflow_g > 0 or amax_g ≥ safe             E_g − max(1, ⌈log2(amax_g / safe)⌉)   (back off what overflowed)
-///   0 < amax_g < safe / 2^window                E_g + d, the largest d with amax_g · 2^d < safe (grow at once)
-///   otherwise (inside the band, or all zeros)   E_g
-///   the step was skipped but no g overflowed     every E_g − 1 (an inf or NaN that came from elsewhere)
+///   condition                                     E_g becomes                                     n_g
+///   overflow_g > 0 or amax_g ≥ safe               E_g − max(1, ⌈log2(amax_g / safe)⌉)  (back off)  0
+///   n_g + 1 ≥ growth_interval and                 E_g + d, the largest d with amax_g · 2^d < safe  0
+///     0 < amax_g < safe / 2^window                  (grow to the band's top at once)
+///   otherwise (inside the band, or all zeros)     E_g                                             n_g + 1
+///   the step was skipped but no g overflowed      every E_g − 1 (an inf or NaN from elsewhere)    0
 ///
-/// each clamped to [min_exponent, max_exponent]. An overflow skips the step, as with one scale (the
+/// each E clamped to [min_exponent, max_exponent]; n_g counts g's steps since it last moved, and a layer
+/// seen for the first time may grow at once (its n starts at growth_interval), so the scales settle in
+/// the first steps, and after a back-off a layer waits growth_interval steps before it grows again (one
+/// skipped step per growth_interval at most from growing, however much a layer's gradients wander). An
+/// overflow skips the step, as with one scale (the
 /// LossScaleOptimizer checks every gradient), and backs off only the layers whose own roundings overflowed:
 /// an inf that one layer produces flows on into the layers below as inf, which is not counted as their
 /// overflow (it was not finite before rounding). A layer seen for the first time starts with the exponent of
-/// the layer after it (f = 1). Exponents are part of the optimizer's state, so checkpoints keep them.
+/// the layer after it (f = 1). Exponents and counts are part of the optimizer's state, so checkpoints keep
+/// them.
 ///
 /// Needs a chain: a model whose layers each take the previous one's output (models::Sequential). Where two
 /// paths meet (a residual sum) their scales would differ, so fit refuses other models.
@@ -37,6 +43,7 @@
 #include <mixprec/optim/optimizer.hpp>
 #include <mixprec/optim/optimizer_state.hpp>
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,9 +52,10 @@
 namespace mixprec::amp {
 
 struct LayerScaleOptions {
-    int margin = 2;         ///< doublings of headroom kept below overflow (≥ 0)
-    int window = 2;         ///< doublings of room a layer may have before it grows (≥ 1)
-    int min_exponent = -60; ///< bounds of every E
+    int margin = 2;                    ///< doublings of headroom kept below overflow (≥ 0)
+    int window = 2;                    ///< doublings of room a layer may have before it grows (≥ 1)
+    std::int64_t growth_interval = 50; ///< steps a layer waits after it moved before it may grow (≥ 1)
+    int min_exponent = -60;            ///< bounds of every E
     int max_exponent = 60;
 };
 
@@ -73,11 +81,13 @@ class LayerScales final : public optim::LayerScaling {
 
     struct Layer {
         std::string name;
-        int exponent; ///< E_l
+        int exponent;             ///< E_l
+        std::int64_t unmoved = 0; ///< n_l: steps since E_l last moved
         friend bool operator==(const Layer&, const Layer&) = default;
     };
     const std::vector<Layer>& layers() const { return layers_; } ///< input side first
     int loss_exponent() const { return loss_exponent_; }
+    std::int64_t loss_unmoved() const { return loss_unmoved_; }
     const LayerScaleOptions& options() const { return options_; }
 
     /// Everything above as "layer_scale/…" values, and back (std::invalid_argument naming a missing,
@@ -92,10 +102,11 @@ class LayerScales final : public optim::LayerScaling {
         bool seen = false;
     };
     int exponent_after(std::size_t layer) const;
-    int next_exponent(int exponent, const autodiff::RoundingStats& stats, float threshold) const;
+    void step(int& exponent, std::int64_t& unmoved, const autodiff::RoundingStats& stats, float threshold) const;
 
     LayerScaleOptions options_;
     int loss_exponent_;
+    std::int64_t loss_unmoved_;
     std::vector<Layer> layers_;
     Observed loss_observed_;
     std::vector<Observed> observed_; // by position in layers_

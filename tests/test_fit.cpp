@@ -12,8 +12,8 @@
 #include <mixprec/optim/sgd.hpp>
 
 #include "blobs.hpp"
-#include "policy_guard.hpp"
 #include "op_checks.hpp"
+#include "policy_guard.hpp"
 
 #include <cmath>
 #include <filesystem>

@@ -69,6 +69,20 @@ BOOST_AUTO_TEST_CASE(the_rule_moves_each_exponent_as_its_table_says) {
     BOOST_TEST(exponent_after_step(1.0f, 3.0f, /*applied=*/false) == 10 - 1);
 }
 
+BOOST_AUTO_TEST_CASE(after_backing_off_a_layer_waits_before_it_grows) {
+    amp::LayerScales scales({.margin = 2, .window = 2, .growth_interval = 3}, 10);
+    const auto step = [&](float k, float c) {
+        scales.observe(*step_with_amax(k, c));
+        scales.update(true, Dtype::float16);
+        return scales.layers()[0].exponent;
+    };
+    BOOST_TEST(step(7.0f, 10000.0f) == 10 - 3); // overflow: back off, and wait
+    BOOST_TEST(step(1.0f, 3.0f) == 7);          // room to grow, but 1 step since moving
+    BOOST_TEST(step(1.0f, 3.0f) == 7);          // 2
+    BOOST_TEST(step(1.0f, 3.0f) == 7 + 12);     // the third: grows to the band at once
+    BOOST_TEST(scales.layers()[0].unmoved == 0);
+}
+
 BOOST_AUTO_TEST_CASE(state_round_trips_and_hostile_values_are_refused) {
     amp::LayerScales scales({}, 12);
     scales.observe(*step_with_amax(1.0f, 3.0f));
