@@ -18,6 +18,11 @@
 /// the values are read while they are in cache, with no pass of their own. Without a recorder narrow()
 /// counts nothing and costs one load more than it did. Counts are integers and amax is a maximum, so
 /// they are the same at every instruction-set level and however the work is split.
+///
+/// Only narrow() counts. The one kernel that rounds by other means is oneDNN's bfloat16 matmul at the
+/// avx512_bf16 level (kernels_matmul.hpp), which rounds its products itself: stats_of classifies those
+/// results as stored, so what that rounding lost to underflow (it flushes results below 2^-126 in
+/// magnitude) or to overflow (beyond float32's range, as bfloat16's) is not seen there.
 
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
