@@ -7,12 +7,24 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
+#include <utility>
 
 namespace mixprec::amp {
 namespace {
 
 constexpr const char* layer_value = "layer_scale/layer/";     // + "<position>/<name>": E
 constexpr const char* unmoved_value = "layer_scale/unmoved/"; // + "<position>": n
+
+/// The position in "<prefix><digits>[/<rest>]", and <rest>; std::invalid_argument naming `name` if malformed.
+std::pair<std::size_t, std::string> position_in(const std::string& name, std::string_view prefix) {
+    const std::string rest = name.substr(prefix.size());
+    const std::size_t digits = std::min(rest.find('/'), rest.size());
+    if (digits == 0 || digits > 7 ||
+        !std::all_of(rest.begin(), rest.begin() + long(digits), [](char c) { return c >= '0' && c <= '9'; }))
+        throw std::invalid_argument("per-layer loss scale: malformed value name '" + name + "'");
+    return {std::stoul(rest.substr(0, digits)), digits < rest.size() ? rest.substr(digits + 1) : std::string()};
+}
 
 void check(const LayerScaleOptions& o) {
     if (o.margin < 0 || o.margin > 30) throw std::invalid_argument("LayerScaleOptions: margin must be in [0, 30]");
@@ -175,25 +187,18 @@ LayerScales LayerScales::from_values(std::span<const optim::StateValue> values) 
     };
     for (const optim::StateValue& v : values) {
         if (v.name.starts_with(unmoved_value)) {
-            const std::string rest = v.name.substr(std::string_view(unmoved_value).size());
-            if (rest.empty() || rest.size() > 7 ||
-                !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            const std::size_t position = position_in(v.name, unmoved_value).first;
+            if (v.name.find('/', std::string_view(unmoved_value).size()) != std::string::npos)
                 throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
-            if (!unmoved.emplace(std::stoul(rest), integer(v)).second)
+            if (!unmoved.emplace(position, integer(v)).second)
                 throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' is given twice");
             continue;
         }
         if (v.name.starts_with(layer_value)) {
-            const std::string rest = v.name.substr(std::string_view(layer_value).size());
-            const auto slash = rest.find('/');
-            std::size_t position = 0;
-            const bool digits =
-                slash != std::string::npos && slash > 0 && slash <= 4 &&
-                std::all_of(rest.begin(), rest.begin() + long(slash), [](char c) { return c >= '0' && c <= '9'; });
-            if (!digits || rest.size() == slash + 1)
+            auto [position, name] = position_in(v.name, layer_value);
+            if (name.empty())
                 throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
-            position = std::stoul(rest.substr(0, slash));
-            if (!layers.emplace(position, Layer{rest.substr(slash + 1), int(integer(v)), 0}).second)
+            if (!layers.emplace(position, Layer{std::move(name), int(integer(v)), 0}).second)
                 throw std::invalid_argument("per-layer loss scale: layer position " + std::to_string(position) +
                                             " is given twice");
             continue;

@@ -133,9 +133,10 @@ std::vector<std::optional<Tensor>> GradientTape::run(const Tensor& target, const
     std::unordered_set<std::uint64_t> wanted;
     for (const Input& s : sources) wanted.insert(s.id);
     const RoundingRecorderOptions recording{.histogram = options_.telemetry_histogram};
-    std::optional<RoundingRecorder> pass; // the whole reverse pass: what produced each gradient
-    std::unordered_set<std::uint64_t> measured = stats_wanted_;
+    std::optional<RoundingRecorder> pass;       // the whole reverse pass: what produced each gradient
+    std::unordered_set<std::uint64_t> measured; // the ids whose gradient_stats to keep
     if (options_.telemetry) {
+        measured = stats_wanted_;
         gradient_stats_.clear();
         variable_stats_.clear();
         scope_stats_.clear();
@@ -255,8 +256,9 @@ GradientTape::variable_gradients(const Tensor& target, const std::vector<Variabl
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const auto [begin, end] = ranges[i];
         std::optional<Tensor> sum;
-        std::optional<RoundingRecorder> adding;
-        if (options_.telemetry) adding.emplace(RoundingRecorderOptions{.histogram = options_.telemetry_histogram});
+        std::optional<RoundingRecorder> adding; // only where a variable's reads add up (rarely)
+        if (options_.telemetry && end - begin > 1)
+            adding.emplace(RoundingRecorderOptions{.histogram = options_.telemetry_histogram});
         std::optional<RoundingStats> stats;
         for (std::size_t j = begin; j < end; ++j) {
             if (!gs[j]) continue;
