@@ -110,7 +110,7 @@ BOOST_AUTO_TEST_CASE(classify_matches_the_definition_for_every_format_and_level)
 BOOST_AUTO_TEST_CASE(recording_counts_while_rounding_and_changes_no_bit) {
     std::mt19937 gen(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> src(10'000);
+    std::vector<float> src(10'003); // not a multiple of a vector: the tails of fused kernels
     for (float& x : src) x = std::ldexp(normal(gen), int(gen() % 80) - 40); // 2^-40 .. 2^40: every class
     src[5] = std::numeric_limits<float>::infinity();
     src[6] = std::numeric_limits<float>::quiet_NaN();

@@ -57,9 +57,14 @@ void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overf
     }
     auto* out = static_cast<std::byte*>(dst);
     const std::size_t width = size_of(to);
-    const RoundingStats stats =
-        detail::tallied(src, n, to, k.tally, recorder->histogram(),
-                        [&](std::size_t at, std::size_t m) { round(src + at, out + at * width, m); });
+    const detail::narrow_tally_fn fused = overflow == Overflow::saturate ? nullptr : k.narrow_tally[i];
+    const RoundingStats stats = detail::tallied(
+        src, n, to, recorder->histogram(),
+        [&](std::size_t at, std::size_t m, const detail::tally_bounds& bounds, detail::tally_counts& counts) {
+            if (fused != nullptr) return fused(src + at, out + at * width, m, bounds, counts);
+            round(src + at, out + at * width, m);
+            k.tally(src + at, m, bounds, counts);
+        });
     recorder->record(dst, n * width, stats);
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <limits>
+#include <optional>
 
 namespace mixprec::autodiff {
 namespace {
@@ -52,9 +53,36 @@ const std::array<RoundingThresholds, dtype_count>& threshold_table() {
     return table;
 }
 
-void add_histogram(const float* src, std::size_t n, std::vector<std::uint64_t>& bins) {
-    for (std::size_t i = 0; i < n; ++i) ++bins[(std::bit_cast<std::uint32_t>(src[i]) >> 23) & 0xFFu];
-}
+/// Exponent histogram counts in four interleaved copies, so that runs of one exponent (the common case)
+/// do not wait on their own increments; 32-bit counts, flushed before they could wrap.
+class ExponentCounts {
+  public:
+    void add(const float* src, std::size_t n) {
+        std::size_t i = 0;
+        for (; i + 4 <= n; i += 4)
+            for (std::size_t k = 0; k < 4; ++k) ++bins_[k][(std::bit_cast<std::uint32_t>(src[i + k]) >> 23) & 0xFFu];
+        for (; i < n; ++i) ++bins_[0][(std::bit_cast<std::uint32_t>(src[i]) >> 23) & 0xFFu];
+        if ((pending_ += n) >= flush_after) flush_to(flushed_);
+    }
+    /// The counts so far, as RoundingStats keeps them.
+    std::vector<std::uint64_t> take() {
+        flush_to(flushed_);
+        return std::move(flushed_);
+    }
+
+  private:
+    static constexpr std::size_t flush_after = std::size_t{1} << 30;
+    void flush_to(std::vector<std::uint64_t>& out) {
+        out.resize(RoundingStats::histogram_bins, 0);
+        for (const auto& copy : bins_)
+            for (std::size_t b = 0; b < RoundingStats::histogram_bins; ++b) out[b] += copy[b];
+        bins_ = {};
+        pending_ = 0;
+    }
+    std::array<std::array<std::uint32_t, RoundingStats::histogram_bins>, 4> bins_{};
+    std::size_t pending_ = 0;
+    std::vector<std::uint64_t> flushed_;
+};
 
 } // namespace
 
@@ -74,18 +102,18 @@ const tally_bounds& tally_bounds_for(Dtype format) {
     return table[static_cast<std::size_t>(format)];
 }
 
-RoundingStats tallied(const float* src, std::size_t n, Dtype format, tally_fn tally, bool histogram,
-                      const std::function<void(std::size_t, std::size_t)>& round_block) {
+RoundingStats tallied(const float* src, std::size_t n, Dtype format, bool histogram, const tally_block_fn& block) {
     const tally_bounds& bounds = tally_bounds_for(format);
     tally_counts counts;
-    RoundingStats stats;
-    if (histogram) stats.exponent_histogram.assign(RoundingStats::histogram_bins, 0);
+    std::optional<ExponentCounts> exponents;
+    if (histogram) exponents.emplace();
     for (std::size_t i = 0; i < n; i += tally_block) {
         const std::size_t m = std::min(tally_block, n - i);
-        if (round_block) round_block(i, m);
-        tally(src + i, m, bounds, counts);
-        if (histogram) add_histogram(src + i, m, stats.exponent_histogram);
+        block(i, m, bounds, counts);
+        if (exponents) exponents->add(src + i, m);
     }
+    RoundingStats stats;
+    if (exponents) stats.exponent_histogram = exponents->take();
     stats.count = n;
     stats.zeros = counts.zeros;
     stats.underflow = counts.underflow;
@@ -118,7 +146,11 @@ const RoundingThresholds& rounding_thresholds(Dtype format) {
 }
 
 RoundingStats classify(std::span<const float> values, Dtype format, bool histogram) {
-    return detail::tallied(values.data(), values.size(), format, detail::tally_function(), histogram, {});
+    const detail::tally_fn tally = detail::tally_function();
+    const float* src = values.data();
+    return detail::tallied(src, values.size(), format, histogram,
+                           [&](std::size_t at, std::size_t m, const detail::tally_bounds& bounds,
+                               detail::tally_counts& counts) { tally(src + at, m, bounds, counts); });
 }
 
 RoundingRecorder::RoundingRecorder(RoundingRecorderOptions options)

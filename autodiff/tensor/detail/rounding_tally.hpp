@@ -35,9 +35,10 @@ inline constexpr std::size_t tally_block = 2048;
 const tally_bounds& tally_bounds_for(Dtype format);
 /// The tally loop of the instruction-set level in use (convert.cpp).
 tally_fn tally_function();
-/// The stats of rounding src[0, n) into `format`, counted block by block with `tally`; before counting a
-/// block, round_block(offset, count) (if set) rounds it, so that it is counted while in cache.
-RoundingStats tallied(const float* src, std::size_t n, Dtype format, tally_fn tally, bool histogram,
-                      const std::function<void(std::size_t, std::size_t)>& round_block);
+/// Counts one block: block(offset, count, bounds, counts) adds the stats of src[offset, offset + count).
+using tally_block_fn = std::function<void(std::size_t, std::size_t, const tally_bounds&, tally_counts&)>;
+/// The stats of rounding src[0, n) into `format`, counted block by block (so that a block is counted
+/// while in cache, right after it is rounded), with the exponent histogram if asked.
+RoundingStats tallied(const float* src, std::size_t n, Dtype format, bool histogram, const tally_block_fn& block);
 
 } // namespace mixprec::autodiff::detail
