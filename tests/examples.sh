@@ -13,6 +13,12 @@
 #     On the first 6,000 Fashion-MNIST examples (skipped without the dataset): 2 epochs straight, and 1 epoch
 #     then --resume for 1 more, end with the same weights digest, and a test accuracy above 75% (10% is
 #     chance; 79.5% was measured). --freeze-stem trains with the stem's 100,480 weights frozen.
+#   tests/examples.sh per_layer_scaling PER_LAYER_SCALING WORKDIR
+#     One epoch of each run (skipped without the dataset): all three above 80% test accuracy; with one loss
+#     scale over 1% of dense_1's activation gradients underflow and over 20% are subnormal, and a scale per
+#     layer cuts both at least tenfold and threefold (measured: 6.10% and 59.05% against 0.12% and 8.06%).
+#     The counts are exact and training is the same at every instruction-set level, so these hold on any CPU.
+#     --shift 15 (float16 activations would overflow) is refused with exit code 2.
 name=examples
 source "$(dirname "${BASH_SOURCE[0]}")/script_helpers.sh"
 example="$1"
@@ -82,6 +88,26 @@ residual)
     "$program" "${common[@]}" --epochs 1 --freeze-stem --checkpoint frozen.ckpt >frozen 2>&1 ||
         { cat frozen; fail "--freeze-stem"; }
     grep -q "Non-trainable params: 100,480" frozen || { cat frozen; fail "--freeze-stem froze no stem"; }
+    ;;
+per_layer_scaling)
+    fashion_mnist_or_skip
+    "$program" >out 2>&1 || { cat out; fail "training"; }
+    cat out
+    for mode in float32 global per_layer; do
+        accuracy=$(sed -n "s/^$mode *test accuracy \([0-9.]*\)%.*/\1/p" out)
+        [ -n "$accuracy" ] || fail "no test accuracy printed for $mode"
+        awk -v a="$accuracy" 'BEGIN { exit !(a > 80) }' || fail "$mode: test accuracy $accuracy% is not above 80%"
+    done
+    # dense_1 x2^12 x2^-12 <global underflow>% <subnormal>% <per_layer underflow>% <subnormal>%
+    read -r gu gs pu ps < <(awk '$1 == "dense_1" { gsub("%", ""); print $4, $5, $6, $7 }' out)
+    [ -n "$ps" ] || fail "no telemetry row for dense_1"
+    awk -v gu="$gu" -v gs="$gs" -v pu="$pu" -v ps="$ps" \
+        'BEGIN { exit !(gu > 1 && gs > 20 && pu * 10 < gu && ps * 3 < gs) }' ||
+        fail "dense_1's activation gradients: one scale loses $gu% (underflow) and $gs% (subnormal), per layer $pu% and $ps%"
+    "$program" --shift 15 >refused 2>&1
+    code=$?
+    [ "$code" -eq 2 ] || { cat refused; fail "--shift 15 exited with $code, not 2"; }
+    grep -q -- "--shift" refused || { cat refused; fail "--shift 15 did not name the flag"; }
     ;;
 *) fail "unknown example '$example'" ;;
 esac

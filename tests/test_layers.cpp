@@ -1,5 +1,5 @@
 #define BOOST_TEST_MODULE layers
-// Tests of the models layers (Dense, Conv2D, pooling, LayerNorm, Embedding, Flatten, Activation, Dropout),
+// Tests of the models layers (Dense, Conv2D, pooling, LayerNorm, Embedding, Flatten, Activation, Rescaling, Dropout),
 // the initializers, Sequential (naming, summary, seeds), the mlp and cnn models and TensorDataset.
 #include <boost/test/unit_test.hpp>
 
@@ -462,6 +462,31 @@ BOOST_AUTO_TEST_CASE(flatten_and_activation) {
     BOOST_TEST((throws_with<std::invalid_argument>([] { Conv2D(4, {3, 3}, "elu"); }, {"'elu'"})));
 }
 
+BOOST_AUTO_TEST_CASE(rescaling_scales_and_shifts_in_the_input_dtype) {
+    Rescaling shift(1.0f / 255, -0.5f);
+    build(shift, Shape{2, 3});
+    const Tensor x = random(Shape{4, 2, 3}, 0.0f, 255.0f, 31);
+    std::vector<float> expected;
+    for (float v : x.to_floats()) expected.push_back(v * (1.0f / 255) - 0.5f);
+    check_close(shift(x), expected, 1e-6f, "Rescaling(1/255, -0.5)");
+    BOOST_TEST(shift.config() == "scale=0.00392156886 offset=-0.5");
+
+    // A power of two moves float16 values by whole binades: exact while they stay normal.
+    Rescaling up(4096.0f);
+    up.set_policy(amp::Policy("mixed_float16")); // a float16 layer
+    build(up, Shape{3});
+    const std::vector<float> values{0.1f, -3.0f, 7.5f};
+    const Tensor h = Tensor::from_floats(Shape{1, 3}, values, Dtype::float16);
+    const Tensor y = up(h);
+    BOOST_TEST(y.dtype() == Dtype::float16);
+    const std::vector<float> hv = h.to_floats(), yv = y.to_floats();
+    for (std::size_t i = 0; i < hv.size(); ++i) BOOST_TEST(yv[i] == hv[i] * 4096.0f);
+
+    BOOST_TEST((throws_with<std::invalid_argument>([] { Rescaling(std::nanf("")); }, {"Rescaling", "finite"})));
+    BOOST_TEST((throws_with<std::invalid_argument>([] { Rescaling(1.0f, std::numeric_limits<float>::infinity()); },
+                                                   {"offset=inf"})));
+}
+
 BOOST_AUTO_TEST_CASE(dropout_only_when_training) {
     Sequential model{Dropout(0.25f)};
     model.build(Shape{1000});
@@ -499,6 +524,10 @@ BOOST_AUTO_TEST_CASE(gradients_through_core_layers) {
     Activation relu("relu");
     build(relu, Shape{5});
     check_layer_gradients("Activation relu", relu, random(Shape{2, 5}, 0.1f, 1.0f, 15));
+
+    Rescaling rescaling(-0.75f, 0.25f);
+    build(rescaling, Shape{5});
+    check_layer_gradients("Rescaling", rescaling, random(Shape{2, 5}, 0.1f, 1.0f, 32));
 
     Flatten flatten;
     build(flatten, Shape{2, 3});

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -146,6 +147,31 @@ std::string Activation::config() const {
 Shape Activation::do_build(const Shape& input_shape, Rng&) { return input_shape; }
 
 Tensor Activation::forward(const Tensor& x, const CallContext&) { return apply_activation(x, activation_); }
+
+// ---- Rescaling ----
+
+Rescaling::Rescaling(float scale, float offset) : scale_(scale), offset_(offset) {
+    if (!std::isfinite(scale) || !std::isfinite(offset)) {
+        char message[96];
+        std::snprintf(message, sizeof message, "Rescaling: scale and offset must be finite, got scale=%g offset=%g",
+                      double(scale), double(offset));
+        throw std::invalid_argument(message);
+    }
+}
+
+std::string Rescaling::config() const {
+    char text[64];
+    std::snprintf(text, sizeof text, "scale=%.9g offset=%.9g", double(scale_), double(offset_));
+    return text;
+}
+
+Shape Rescaling::do_build(const Shape& input_shape, Rng&) { return input_shape; }
+
+Tensor Rescaling::forward(const Tensor& x, const CallContext&) {
+    const Tensor y = autodiff::scale(x, scale_);
+    if (offset_ == 0.0f) return y;
+    return autodiff::add(y, Tensor::full(Shape{1}, offset_, y.dtype()));
+}
 
 // ---- Dropout ----
 

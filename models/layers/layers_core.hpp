@@ -1,5 +1,5 @@
 #pragma once
-/// The core layers, as Keras's: Dense, Flatten, Activation and Dropout, and the activation functions
+/// The core layers, as Keras's: Dense, Flatten, Activation, Rescaling and Dropout, and the activation functions
 /// that Dense and Conv2D apply by name.
 ///
 /// Activation names: "" or "linear" (identity), "relu", "gelu", "tanh", "sigmoid", "softmax". "gelu" is the
@@ -88,6 +88,28 @@ class Activation final : public Layer {
 
   private:
     std::string activation_;
+};
+
+/// x · scale + offset, elementwise, in x's dtype (as Keras's Rescaling, which casts both to the compute
+/// dtype); output shape = input shape, no variables. The gradient is scaled by `scale`. With a power of two
+/// and no offset, scaling in float16 is exact while the result stays in the normal range: multiplying by
+/// 2^k moves every value k binades (and its gradient the same k binades) and changes no digit.
+class Rescaling final : public Layer {
+  public:
+    /// std::invalid_argument unless scale and offset are finite.
+    explicit Rescaling(float scale, float offset = 0.0f);
+    std::string kind() const override { return "Rescaling"; }
+    std::string config() const override;
+    float scale() const { return scale_; }
+    float offset() const { return offset_; }
+
+  protected:
+    Shape do_build(const Shape& input_shape, Rng& init_rng) override;
+    Tensor forward(const Tensor& x, const CallContext& context) override;
+
+  private:
+    float scale_;
+    float offset_;
 };
 
 /// Inverted dropout (autodiff::dropout): when called with context.training, each element is zeroed with
