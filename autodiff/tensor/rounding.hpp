@@ -16,8 +16,8 @@
 /// A RoundingRecorder, while it lives, makes narrow() count these classes (and the largest finite |x|,
 /// and optionally a histogram of exponents) for every call, on any thread, block by block as it rounds:
 /// the values are read while they are in cache, with no pass of their own, and where a path has a fused
-/// kernel (float16 with F16C) they are counted on the vector being converted. Without a recorder narrow()
-/// counts nothing and costs one load more than it did. Counts are integers and amax is a maximum, so
+/// kernel (float16 and bfloat16 at avx2) they are counted on the vector being converted. Without a
+/// recorder narrow() counts nothing and costs one load more than it did. Counts are integers and amax is a maximum, so
 /// they are the same at every instruction-set level and however the work is split.
 ///
 /// Only narrow() counts. The one kernel that rounds by other means is oneDNN's bfloat16 matmul at the
