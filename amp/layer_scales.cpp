@@ -16,14 +16,17 @@ namespace {
 constexpr const char* layer_value = "layer_scale/layer/";     // + "<position>/<name>": E
 constexpr const char* unmoved_value = "layer_scale/unmoved/"; // + "<position>": n
 
-/// The position in "<prefix><digits>[/<rest>]", and <rest>; std::invalid_argument naming `name` if malformed.
-std::pair<std::size_t, std::string> position_in(const std::string& name, std::string_view prefix) {
-    const std::string rest = name.substr(prefix.size());
-    const std::size_t digits = std::min(rest.find('/'), rest.size());
-    if (digits == 0 || digits > 7 ||
+/// The position in "<prefix><digits>" (with_name false) or "<prefix><digits>/<name>" (true), and the name;
+/// std::invalid_argument naming `value` if it is not of that form.
+std::pair<std::size_t, std::string> position_in(const std::string& value, std::string_view prefix, bool with_name) {
+    const std::string rest = value.substr(prefix.size());
+    const std::size_t slash = rest.find('/'), digits = std::min(slash, rest.size());
+    const bool named = slash != std::string::npos && slash + 1 < rest.size();
+    const bool form = with_name ? named : slash == std::string::npos;
+    if (!form || digits == 0 || digits > 7 ||
         !std::all_of(rest.begin(), rest.begin() + long(digits), [](char c) { return c >= '0' && c <= '9'; }))
-        throw std::invalid_argument("per-layer loss scale: malformed value name '" + name + "'");
-    return {std::stoul(rest.substr(0, digits)), digits < rest.size() ? rest.substr(digits + 1) : std::string()};
+        throw std::invalid_argument("per-layer loss scale: malformed value name '" + value + "'");
+    return {std::stoul(rest.substr(0, digits)), named ? rest.substr(slash + 1) : std::string()};
 }
 
 void check(const LayerScaleOptions& o) {
@@ -187,17 +190,13 @@ LayerScales LayerScales::from_values(std::span<const optim::StateValue> values) 
     };
     for (const optim::StateValue& v : values) {
         if (v.name.starts_with(unmoved_value)) {
-            const std::size_t position = position_in(v.name, unmoved_value).first;
-            if (v.name.find('/', std::string_view(unmoved_value).size()) != std::string::npos)
-                throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
+            const std::size_t position = position_in(v.name, unmoved_value, /*with_name=*/false).first;
             if (!unmoved.emplace(position, integer(v)).second)
                 throw std::invalid_argument("per-layer loss scale: value '" + v.name + "' is given twice");
             continue;
         }
         if (v.name.starts_with(layer_value)) {
-            auto [position, name] = position_in(v.name, layer_value);
-            if (name.empty())
-                throw std::invalid_argument("per-layer loss scale: malformed value name '" + v.name + "'");
+            auto [position, name] = position_in(v.name, layer_value, /*with_name=*/true);
             if (!layers.emplace(position, Layer{std::move(name), int(integer(v)), 0}).second)
                 throw std::invalid_argument("per-layer loss scale: layer position " + std::to_string(position) +
                                             " is given twice");

@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace mixprec;
@@ -105,6 +107,23 @@ BOOST_AUTO_TEST_CASE(state_round_trips_and_hostile_values_are_refused) {
     auto unknown = values;
     unknown.push_back({"layer_scale/surprise", std::int64_t{1}});
     BOOST_CHECK_THROW(amp::LayerScales::from_values(unknown), std::invalid_argument);
+    // Value names with a position out of form: "layer/<digits>/<name>", "unmoved/<digits>".
+    for (const auto& [from, to] :
+         std::vector<std::pair<std::string, std::string>>{{"layer_scale/layer/0/", "layer_scale/layer/0/"},
+                                                          {"layer_scale/layer/0/", "layer_scale/layer/x/dense"},
+                                                          {"layer_scale/layer/0/", "layer_scale/layer//dense"},
+                                                          {"layer_scale/unmoved/0", "layer_scale/unmoved/0/extra"},
+                                                          {"layer_scale/unmoved/0", "layer_scale/unmoved/"}}) {
+        auto renamed = values;
+        std::size_t found = 0;
+        for (auto& v : renamed)
+            if (v.name.starts_with(from)) {
+                v.name = to;
+                ++found;
+            }
+        BOOST_TEST_REQUIRE(found == 1u, from);
+        BOOST_CHECK_THROW(amp::LayerScales::from_values(renamed), std::invalid_argument);
+    }
     BOOST_CHECK_THROW(amp::LayerScales({.margin = -1}), std::invalid_argument);
 }
 

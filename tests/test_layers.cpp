@@ -469,7 +469,7 @@ BOOST_AUTO_TEST_CASE(rescaling_scales_and_shifts_in_the_input_dtype) {
     std::vector<float> expected;
     for (float v : x.to_floats()) expected.push_back(v * (1.0f / 255) - 0.5f);
     check_close(shift(x), expected, 1e-6f, "Rescaling(1/255, -0.5)");
-    BOOST_TEST(shift.config() == "scale=0.00392156886 offset=-0.5");
+    BOOST_TEST(shift.config() == "scale=0.00392156886, offset=-0.5");
 
     // A power of two moves float16 values by whole binades: exact while they stay normal.
     Rescaling up(4096.0f);

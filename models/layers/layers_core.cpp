@@ -161,7 +161,7 @@ Rescaling::Rescaling(float scale, float offset) : scale_(scale), offset_(offset)
 
 std::string Rescaling::config() const {
     char text[64];
-    std::snprintf(text, sizeof text, "scale=%.9g offset=%.9g", double(scale_), double(offset_));
+    std::snprintf(text, sizeof text, "scale=%.9g, offset=%.9g", double(scale_), double(offset_));
     return text;
 }
 
