@@ -6,6 +6,7 @@
 #include <mixprec/autodiff/gradcheck.hpp>
 #include <mixprec/autodiff/ops_conv.hpp>
 #include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/autodiff/ops_fp8.hpp>
 #include <mixprec/autodiff/ops_loss.hpp>
 #include <mixprec/autodiff/ops_matmul.hpp>
 #include <mixprec/autodiff/ops_nn.hpp>
@@ -22,6 +23,7 @@
 #include <mixprec/autodiff/tensor/isa.hpp>
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
+#include <mixprec/autodiff/tensor/kernels_quantize.hpp>
 #include <mixprec/autodiff/tensor/rng.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/shape.hpp>
@@ -34,6 +36,7 @@
 #include <mixprec/optim/schedule.hpp>
 #include <mixprec/optim/sgd.hpp>
 
+#include <mixprec/amp/fp8_scaling.hpp>
 #include <mixprec/amp/layer_scales.hpp>
 #include <mixprec/amp/loss_scale.hpp>
 #include <mixprec/amp/loss_scale_optimizer.hpp>

@@ -6,5 +6,6 @@ target_sources(mixprec PRIVATE
   amp/policy.cpp
   amp/telemetry.cpp
   amp/layer_scales.cpp
+  amp/fp8_scaling.cpp
   amp/loss_scale_optimizer.cpp
   amp/loss_scale_values.cpp)

@@ -11,12 +11,14 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/tensor_xt.cpp
   autodiff/tensor/kernels_elementwise.cpp
   autodiff/tensor/kernels_matmul.cpp
+  autodiff/tensor/kernels_quantize.cpp
   autodiff/tensor/matmul_onednn.cpp
   autodiff/tensor/core_share.cpp
   autodiff/tape.cpp
   autodiff/variable.cpp
   autodiff/ops_elementwise.cpp
   autodiff/ops_matmul.cpp
+  autodiff/ops_fp8.cpp
   autodiff/ops_shape.cpp
   autodiff/ops_reduce.cpp
   autodiff/ops_softmax.cpp

@@ -82,9 +82,11 @@ float* float32_product(Tensor& out, std::size_t offset, std::size_t count, std::
     return scratch.data();
 }
 
-/// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): the bias added to each
-/// row, if any, and the rows rounded into out unless it is float32 (then c is out's storage already).
-void finish_rows(float* c, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1) {
+/// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): multiplied by alpha, the
+/// bias added to each row, if any, and the rows rounded into out unless it is float32 (then c is out's storage already).
+void finish_rows(float* c, float alpha, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1) {
+    if (alpha != 1.0f)
+        for (std::size_t i = 0; i < (r1 - r0) * n; ++i) c[i] *= alpha;
     if (bias != nullptr)
         for (std::size_t i = 0; i < r1 - r0; ++i)
             for (std::size_t j = 0; j < n; ++j) c[i * n + j] += bias[j];
@@ -94,8 +96,8 @@ void finish_rows(float* c, const float* bias, Tensor& out, std::size_t n, std::s
 
 /// Rows [r0, r1) of a product whose batches stack into one matrix of rows (a not transposed, one b):
 /// those rows of a widened, one sgemm against the widened b, then finish_rows.
-void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, const float* bias, Tensor& out,
-                  std::size_t r0, std::size_t r1) {
+void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, float alpha, const float* bias,
+                  Tensor& out, std::size_t r0, std::size_t r1) {
     thread_local std::vector<float> wa, wc;
     const std::size_t rows = r1 - r0, width = size_of(a.dtype());
     const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
@@ -106,7 +108,7 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
     }
     float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
     detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
-    finish_rows(c, bias, out, s.n, r0, r1);
+    finish_rows(c, alpha, bias, out, s.n, r0, r1);
 }
 
 /// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
@@ -118,7 +120,8 @@ constexpr std::size_t row_split_below = std::size_t{1} << 21;
 } // namespace
 
 Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, const Tensor* bias) {
-    check_same_dtype(a, b, "matmul");
+    if (!options.out_dtype) check_same_dtype(a, b, "matmul");
+    const Dtype out_dtype = options.out_dtype.value_or(a.dtype());
     const auto da = dims_of(a, options.transpose_a, "a", a, b);
     const auto db = dims_of(b, options.transpose_b, "b", a, b);
     if (da.cols != db.rows)
@@ -130,18 +133,22 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     const detail::gemm_shape s{da.batch,  da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
                                db.batched};
     if (bias != nullptr) {
-        check_same_dtype(a, *bias, "matmul bias");
+        if (bias->dtype() != out_dtype)
+            throw dtype_error("matmul: the bias is " + std::string(name_of(bias->dtype())) + ", the result " +
+                              std::string(name_of(out_dtype)));
         if (bias->shape() != Shape{db.cols})
             throw shape_error("matmul: bias " + bias->shape().to_string() + " does not match the " +
                               std::to_string(db.cols) + " output columns of " + shapes_of(a, b, options));
     }
-    Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, a.dtype());
+    Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, out_dtype);
     if (out.size() == 0) return out;
 
-    const bool bf16 = a.dtype() == Dtype::bfloat16;
+    const bool bf16 = a.dtype() == Dtype::bfloat16 && b.dtype() == Dtype::bfloat16 && out_dtype == Dtype::bfloat16 &&
+                      options.alpha == 1.0f;
     if (options.backend == MatmulBackend::onednn && !(bf16 && detail::onednn_bf16_available()))
         throw std::invalid_argument(
-            "matmul: the onednn backend needs bfloat16 operands and the avx512_bf16 instruction-set level or above");
+            "matmul: the onednn backend needs bfloat16 operands and result, alpha 1, and the avx512_bf16 "
+            "instruction-set level or above");
     const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
                                      (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
 
@@ -155,7 +162,8 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     const std::size_t rows = s.batch * s.m;
     if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
         const float* pb = as_float32(b, wb);
-        detail::split(rows, 16, [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, add, out, r0, r1); });
+        detail::split(rows, 16,
+                      [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, options.alpha, add, out, r0, r1); });
         return out;
     }
     float* c = float32_product(out, 0, out.size(), wc);
@@ -164,7 +172,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     } else {
         detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
     }
-    finish_rows(c, add, out, s.n, 0, rows);
+    finish_rows(c, options.alpha, add, out, s.n, 0, rows);
     return out;
 }
 

@@ -22,6 +22,8 @@
 
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
+#include <optional>
+
 namespace mixprec::autodiff {
 
 /// Which library multiplies bfloat16 operands (other dtypes always use sgemm).
@@ -35,11 +37,19 @@ struct MatmulOptions {
     bool transpose_a = false;
     bool transpose_b = false;
     MatmulBackend backend = MatmulBackend::automatic;
+    /// The float32 product is multiplied by alpha (in float32) before the bias is added and the result
+    /// rounded: an FP8 product's 1 / (scale_a · scale_b). 1 leaves every route as described above; any
+    /// other value takes the sgemm route.
+    float alpha = 1.0f;
+    /// The result's dtype (and the bias's). Unset: the operands' one dtype. Set, the operands may have
+    /// different dtypes (e5m2 gradients times e4m3 weights): each is widened to float32 exactly, and the
+    /// product takes the sgemm route unless all three are bfloat16.
+    std::optional<Dtype> out_dtype = std::nullopt;
 };
 
 namespace kernels {
-/// a @ b, rounded once to the common dtype. shape_error names both shapes when they do not fit;
-/// dtype_error when the dtypes differ. (No autodiff: the recorded op is mixprec::autodiff::matmul.)
+/// a @ b (× alpha), rounded once to the common dtype or options.out_dtype. shape_error names both shapes
+/// when they do not fit; dtype_error when the dtypes differ and out_dtype is unset. (No autodiff: the recorded op is mixprec::autodiff::matmul.)
 /// A `bias` of shape (n,) and the same dtype is added to every row in float32, before the one rounding.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {}, const Tensor* bias = nullptr);
 } // namespace kernels

@@ -1,0 +1,83 @@
+#include <mixprec/amp/fp8_scaling.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace mixprec::amp {
+
+using autodiff::Dtype;
+
+float fp8_max(Dtype format) {
+    switch (format) {
+    case Dtype::float8_e4m3:
+        return 448.0f;
+    case Dtype::float8_e5m2:
+        return 57344.0f;
+    default:
+        throw std::invalid_argument("fp8 scaling: " + std::string(autodiff::name_of(format)) +
+                                    " is not an FP8 format (float8_e4m3 or float8_e5m2)");
+    }
+}
+
+Fp8Scaling::Fp8Scaling(Fp8ScalingOptions options) : options_(options) {
+    const auto check = [](bool ok, const std::string& what) {
+        if (!ok) throw std::invalid_argument("Fp8ScalingOptions: " + what);
+    };
+    check(options.history_length >= 1 && options.history_length <= 1024,
+          "history_length must be 1 ... 1024, got " + std::to_string(options.history_length));
+    check(options.margin >= 0 && options.margin <= 32,
+          "margin must be 0 ... 32, got " + std::to_string(options.margin));
+    check(options.epsilon >= 0.0f && std::isfinite(options.epsilon),
+          "epsilon must be finite and at least 0, got " + std::to_string(options.epsilon));
+    fp8_max(options.forward);
+    fp8_max(options.backward);
+}
+
+autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
+    const auto cast = [this, &layer](const char* tensor, Dtype format) {
+        return autodiff::Fp8Cast{
+            format, [this, name = layer + "/" + tensor, format](float amax) { return scale_for(name, format, amax); }};
+    };
+    return {cast("input", options_.forward), cast("kernel", options_.forward), cast("output_grad", options_.backward)};
+}
+
+float Fp8Scaling::scale_from(float amax, Dtype format, int margin) const {
+    float s = fp8_max(format) / amax;
+    if (margin != 0) s = std::ldexp(s, -margin);
+    if (std::isinf(s)) s = std::numeric_limits<float>::max();
+    if (options_.power_of_two) s = std::bit_cast<float>(std::bit_cast<std::uint32_t>(s) & 0xFF800000u);
+    return s;
+}
+
+float Fp8Scaling::scale_for(const std::string& name, Dtype format, float amax) {
+    if (options_.recipe == Fp8Recipe::current) {
+        if (amax == 0.0f || !std::isfinite(amax)) return 1.0f;
+        return scale_from(std::max(amax, options_.epsilon), format, 0);
+    }
+    Tensor& t = tensors_[name];
+    t.format = format;
+    t.step_amax = t.cast_this_step ? std::max(t.step_amax, amax) : amax;
+    t.cast_this_step = true;
+    return t.scale;
+}
+
+void Fp8Scaling::end_step() {
+    if (options_.recipe == Fp8Recipe::current) return;
+    const auto length = static_cast<std::size_t>(options_.history_length);
+    for (auto& [name, t] : tensors_) {
+        if (!t.cast_this_step) continue;
+        if (t.history.size() == length) t.history.erase(t.history.begin());
+        t.history.push_back(t.step_amax);
+        t.cast_this_step = false;
+        const float a = options_.amax_compute == AmaxCompute::max
+                            ? *std::max_element(t.history.begin(), t.history.end())
+                            : t.history.back();
+        if (std::isfinite(a) && a > 0.0f) t.scale = scale_from(a, t.format, options_.margin);
+    }
+}
+
+} // namespace mixprec::amp

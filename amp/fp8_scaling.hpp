@@ -1,0 +1,88 @@
+#pragma once
+/// Per-tensor FP8 scaling: the scale s each FP8 tensor is multiplied by before it is cast,
+/// q = fp8(x · s) (autodiff/ops_fp8.hpp). Two recipes, as Transformer Engine names them:
+///
+/// **current** (TE's Float8CurrentScaling, torchao's tensorwise float8): s comes from the tensor's own
+/// amax, as it is cast:
+///
+///   amax                              s
+///   0, infinite or NaN                1
+///   otherwise                         fp8_max / max(amax, epsilon)        (float32 division)
+///   (s infinite: float32's largest finite; with power_of_two: s rounded down to a power of two,
+///    its mantissa bits cleared, so that scaling changes no digit)
+///
+/// **delayed** (TE's DelayedScaling): s comes from the amaxes of earlier steps. Each tensor keeps the
+/// amax of its last `history_length` steps (a tensor cast several times in one step keeps the largest);
+/// the step uses the scale chosen after the step before, and end_step() chooses the next:
+///
+///   a = the largest amax of the history (amax_compute::max) or this step's (most_recent)
+///   s = fp8_max / a / 2^margin        if a is finite and > 0; otherwise s stays as it was
+///   (s infinite: float32's largest finite; with power_of_two as above)
+///
+/// A tensor starts with s = 1 and an empty history (TE's initial scale and zeroed history). A tensor
+/// that was not cast in a step (a layer not called) neither records nor moves its history. fp8_max is
+/// the format's largest finite: 448 for float8_e4m3, 57344 for float8_e5m2.
+///
+/// Tensors are named "<layer>/input", "<layer>/kernel" and "<layer>/output_grad".
+
+#include <mixprec/autodiff/ops_fp8.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mixprec::amp {
+
+enum class Fp8Recipe : std::uint8_t { delayed, current };
+enum class AmaxCompute : std::uint8_t { max, most_recent };
+
+struct Fp8ScalingOptions {
+    Fp8Recipe recipe = Fp8Recipe::delayed;
+    std::int64_t history_length = 16;                       ///< delayed: steps of amax kept (1 ... 1024)
+    AmaxCompute amax_compute = AmaxCompute::max;            ///< delayed
+    int margin = 0;                                         ///< delayed: doublings of headroom below fp8_max (0 ... 32)
+    float epsilon = 0.0f;                                   ///< current: amax is taken as at least this (≥ 0)
+    bool power_of_two = false;                              ///< round every scale down to a power of two
+    autodiff::Dtype forward = autodiff::Dtype::float8_e4m3; ///< inputs and kernels
+    autodiff::Dtype backward = autodiff::Dtype::float8_e5m2; ///< output gradients
+};
+
+/// The largest finite of an FP8 format; std::invalid_argument for any other dtype.
+float fp8_max(autodiff::Dtype format);
+
+/// The scaling state of every FP8 tensor of a model, by name.
+class Fp8Scaling {
+  public:
+    /// std::invalid_argument naming an option out of range.
+    explicit Fp8Scaling(Fp8ScalingOptions options = {});
+
+    /// The casts of a dense layer's input, kernel and output gradient. They refer to this object,
+    /// which must outlive the step that uses them.
+    autodiff::Fp8DenseCasts dense_casts(const std::string& layer);
+
+    /// The scale for a cast of tensor `name` into `format`, given its amax now (see the table).
+    float scale_for(const std::string& name, autodiff::Dtype format, float amax);
+    /// Delayed: records each tensor's step, chooses its next scale and moves its history on. Current:
+    /// nothing.
+    void end_step();
+
+    struct Tensor {
+        autodiff::Dtype format = autodiff::Dtype::float8_e4m3;
+        float scale = 1.0f;
+        std::vector<float> history{}; ///< oldest first, at most history_length amaxes of finished steps
+        float step_amax = 0.0f;       ///< the largest amax of this step so far
+        bool cast_this_step = false;
+        friend bool operator==(const Tensor&, const Tensor&) = default;
+    };
+    const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+    const Fp8ScalingOptions& options() const { return options_; }
+
+  private:
+    float scale_from(float amax, autodiff::Dtype format, int margin) const;
+
+    Fp8ScalingOptions options_;
+    std::map<std::string, Tensor> tensors_;
+};
+
+} // namespace mixprec::amp

@@ -1,0 +1,43 @@
+#pragma once
+/// Products in FP8 with per-tensor scales: the three GEMMs of a dense layer (Transformer Engine's Linear,
+/// torchao's Float8Linear), on operands cast by kernels::quantize.
+
+#include <mixprec/autodiff/tensor/tensor.hpp>
+
+#include <functional>
+#include <optional>
+
+namespace mixprec::autodiff {
+
+/// How one operand of an FP8 product is cast: into `format`, multiplied by the scale `scale(amax)`
+/// returns for the operand's amax (kernels::amax). A delayed recipe returns the scale it chose from
+/// earlier steps and keeps this amax for its history; a current recipe computes the scale from it.
+/// The scale must be positive and finite.
+struct Fp8Cast {
+    Dtype format = Dtype::float8_e4m3;
+    std::function<float(float amax)> scale;
+};
+
+/// The casts of a dense layer's three FP8 tensors: its input and kernel (forward), and the gradient
+/// flowing back into its output (backward). The "hybrid" recipe: e4m3 forward, e5m2 backward.
+struct Fp8DenseCasts {
+    Fp8Cast input{Dtype::float8_e4m3, {}};
+    Fp8Cast kernel{Dtype::float8_e4m3, {}};
+    Fp8Cast output_grad{Dtype::float8_e5m2, {}};
+};
+
+/// A dense layer's product in FP8, for x (batch, in) or (batch, seq, in), w (in, out) and an optional
+/// bias (out,) in x's dtype:
+///
+///   q_x = fp8(x s_x), q_w = fp8(w s_w):  y  = (q_x q_w) / (s_x s_w) + bias   in x's dtype
+///   q_g = fp8(dy s_g):                   dx = (q_g q_wᵀ) / (s_g s_w)          in x's dtype
+///                                        dw = (q_xᵀ q_g) / (s_x s_g)          in w's dtype
+///                                        dbias = Σ dy                         (from dy, not q_g)
+///
+/// Products of FP8 values are exact in float32; they are summed in float32, the sum is multiplied by
+/// (1/s_a)(1/s_b) in float32 (MatmulOptions::alpha), and each result is rounded once. The backward
+/// pass reuses q_x and q_w (the tape keeps those, not x and w). Gradients pass straight through the
+/// casts: each rounding is treated as the identity, as in every FP8 training recipe.
+Tensor dense_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Fp8DenseCasts& casts);
+
+} // namespace mixprec::autodiff

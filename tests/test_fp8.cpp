@@ -1,0 +1,237 @@
+#define BOOST_TEST_MODULE fp8
+#include <boost/test/unit_test.hpp>
+
+#include <mixprec/mixprec.hpp>
+
+#include "error_bounds.hpp"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+using namespace mixprec::autodiff;
+
+namespace {
+
+constexpr float infinity = std::numeric_limits<float>::infinity();
+constexpr float not_a_number = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_values(std::size_t n, float range, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-range, range);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(gen);
+    return v;
+}
+
+Tensor random_tensor(const Shape& shape, float range, unsigned seed, Dtype dtype = Dtype::float32) {
+    return Tensor::from_floats(shape, random_values(shape.elements(), range, seed), dtype);
+}
+
+/// x rounded into `format` as quantize promises: x·s in float32, then to nearest even, saturating.
+float scaled_cast(float x, float s, Dtype format) {
+    const float scaled = x * s;
+    return format == Dtype::float8_e4m3 ? float(float8_e4m3::saturating(scaled))
+                                        : float(float8_e5m2::saturating(scaled));
+}
+
+/// A scale function that returns `s` and remembers the amax it was given.
+Fp8Cast fixed(Dtype format, float s, float* seen = nullptr) {
+    return {format, [s, seen](float amax) {
+                if (seen != nullptr) *seen = amax;
+                return s;
+            }};
+}
+
+/// Current scaling: the largest finite of the format over the amax.
+Fp8Cast current(Dtype format) {
+    const float top = format == Dtype::float8_e4m3 ? 448.0f : 57344.0f;
+    return {format, [top](float amax) { return amax > 0 ? top / amax : 1.0f; }};
+}
+
+/// Checks c (rows, n) against the float64 product of the decoded FP8 operands times alpha: the float32
+/// sum of exact products and its one rounding to c's dtype are the only errors (error_bounds.hpp), scaled
+/// by alpha, plus alpha's own float32 product.
+void check_product(const Tensor& c, const std::vector<float>& a, const std::vector<float>& b, std::size_t rows,
+                   std::size_t k, std::size_t n, bool transpose_b, double alpha) {
+    for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+            double exact = 0, magnitude = 0;
+            for (std::size_t p = 0; p < k; ++p) {
+                const double t = double(a[i * k + p]) * b[transpose_b ? j * k + p : p * n + j];
+                exact += t;
+                magnitude += std::fabs(t);
+            }
+            const double bound =
+                alpha * (error_bounds::float32_sum_error(k, magnitude) + error_bounds::gamma64(k) * magnitude) +
+                0x1p-21 * alpha * magnitude;
+            const double got = c.flat(i * n + j), want = alpha * exact;
+            const double rounding = 0.5 * error_bounds::ulp(c.dtype(), std::fabs(want) + bound);
+            BOOST_TEST(std::fabs(got - want) <= bound + rounding,
+                       "element " << i << "," << j << ": " << got << " vs " << want);
+        }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(amax_is_the_largest_finite_magnitude) {
+    BOOST_TEST(kernels::amax(Tensor::from_floats(
+                   Shape{5}, std::vector<float>{1.0f, -7.5f, infinity, not_a_number, 3.0f})) == 7.5f);
+    BOOST_TEST(kernels::amax(Tensor::from_floats(Shape{2}, std::vector<float>{-infinity, not_a_number})) == 0.0f);
+    BOOST_TEST(kernels::amax(Tensor(Shape{0})) == 0.0f);
+    BOOST_TEST(kernels::amax(Tensor::from_floats(Shape{1}, std::vector<float>{-0x1p-149f})) == 0x1p-149f);
+    // Across many chunks and threads, in a narrow dtype.
+    std::vector<float> v = random_values(100'003, 3.0f, 1);
+    v[77'777] = -5.0f;
+    BOOST_TEST(kernels::amax(Tensor::from_floats(Shape{v.size()}, v, Dtype::bfloat16)) == 5.0f);
+}
+
+BOOST_AUTO_TEST_CASE(quantize_scales_then_rounds_saturating) {
+    const std::vector<float> v{0.0f,  -0.0f,    1.0f,      -3.3f,        1e-5f,      300.0f,
+                               -1e6f, infinity, -infinity, not_a_number, 0.01171875f};
+    for (const Dtype format : {Dtype::float8_e4m3, Dtype::float8_e5m2})
+        for (const float s : {1.0f, 0.37f, 3.0f, 1024.0f}) {
+            const Tensor q = kernels::quantize(Tensor::from_floats(Shape{v.size()}, v), s, format);
+            BOOST_TEST(q.dtype() == format);
+            for (std::size_t i = 0; i < v.size(); ++i) {
+                const float want = scaled_cast(v[i], s, format), got = q.flat(i);
+                if (std::isnan(v[i]))
+                    BOOST_TEST(std::isnan(got));
+                else
+                    BOOST_TEST(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want),
+                               name_of(format) << " s=" << s << " x=" << v[i] << ": " << got << " vs " << want);
+            }
+        }
+    // Infinity saturates instead of staying infinite (e5m2 has infinities).
+    BOOST_TEST(kernels::quantize(Tensor::from_floats(Shape{1}, std::vector<float>{-infinity}), 1.0f, Dtype::float8_e5m2)
+                   .flat(0) == -57344.0f);
+    BOOST_CHECK_THROW(kernels::quantize(Tensor(Shape{1}), 0.0f, Dtype::float8_e4m3), std::invalid_argument);
+    BOOST_CHECK_THROW(kernels::quantize(Tensor(Shape{1}), infinity, Dtype::float8_e4m3), std::invalid_argument);
+    BOOST_CHECK_THROW(kernels::quantize(Tensor(Shape{1}), 1.0f, Dtype::float32), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(matmul_alpha_and_mixed_fp8_operands) {
+    const std::size_t m = 9, k = 70, n = 11;
+    const Tensor a = kernels::quantize(random_tensor(Shape{m, k}, 2.0f, 2), 100.0f, Dtype::float8_e5m2);
+    const Tensor b = kernels::quantize(random_tensor(Shape{n, k}, 2.0f, 3), 200.0f, Dtype::float8_e4m3);
+    for (const Dtype out : {Dtype::float32, Dtype::bfloat16, Dtype::float16}) {
+        const float alpha = (1.0f / 100.0f) * (1.0f / 200.0f);
+        const Tensor c = kernels::matmul(a, b, {.transpose_b = true, .alpha = alpha, .out_dtype = out});
+        BOOST_TEST(c.dtype() == out);
+        BOOST_TEST((c.shape() == Shape{m, n}));
+        check_product(c, a.to_floats(), b.to_floats(), m, k, n, true, alpha);
+    }
+    // Without out_dtype the operands must agree; a bias must be in the result's dtype.
+    BOOST_CHECK_THROW(kernels::matmul(a, b, {.transpose_b = true}), dtype_error);
+    const Tensor bias(Shape{n}, Dtype::float32);
+    BOOST_CHECK_THROW(kernels::matmul(a, b, {.transpose_b = true, .out_dtype = Dtype::bfloat16}, &bias), dtype_error);
+    // alpha multiplies the float32 product before the bias is added.
+    const Tensor x = Tensor::from_floats(Shape{1, 2}, std::vector<float>{1.0f, 2.0f});
+    const Tensor w = Tensor::from_floats(Shape{2, 1}, std::vector<float>{3.0f, 4.0f});
+    const Tensor one_bias = Tensor::from_floats(Shape{1}, std::vector<float>{1.0f});
+    BOOST_TEST(kernels::matmul(x, w, {.alpha = 0.5f}, &one_bias).flat(0) == 6.5f);
+}
+
+// With power-of-two scales and values the formats hold exactly, every cast is exact, so the FP8 product
+// and its gradients equal dense's bit for bit: the casts pass gradients straight through.
+BOOST_AUTO_TEST_CASE(exact_operands_give_dense_bit_for_bit) {
+    const auto integers = [](const Shape& shape, int range, unsigned seed) {
+        std::mt19937 gen(seed);
+        std::uniform_int_distribution<int> dist(-range, range);
+        std::vector<float> v(shape.elements());
+        for (float& x : v) x = float(dist(gen));
+        return Tensor::from_floats(shape, v);
+    };
+    const Tensor x = integers(Shape{4, 3, 16}, 8, 4), w = integers(Shape{16, 5}, 4, 5), b = integers(Shape{5}, 9, 6);
+    const Tensor c = integers(Shape{4, 3, 5}, 3, 7); // dy
+    const Fp8DenseCasts casts{fixed(Dtype::float8_e4m3, 4.0f), fixed(Dtype::float8_e4m3, 8.0f),
+                              fixed(Dtype::float8_e5m2, 0.25f)};
+    std::vector<Tensor> want, got;
+    for (const bool fp8 : {false, true}) {
+        GradientTape tape;
+        tape.watch(x);
+        tape.watch(w);
+        tape.watch(b);
+        const Tensor y = fp8 ? dense_fp8(x, w, b, casts) : dense(x, w, b);
+        std::vector<Tensor> g = tape.gradient(y * c, {x, w, b});
+        g.insert(g.begin(), y);
+        (fp8 ? got : want) = g;
+    }
+    for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_TEST(got[i].to_floats() == want[i].to_floats(), boost::test_tools::per_element());
+}
+
+// Random operands with current scaling: each result is the product of the quantized operands, summed
+// in float32 and rounded once; the scale functions see the amax of x, w and dy.
+BOOST_AUTO_TEST_CASE(forward_and_backward_use_the_quantized_operands) {
+    const std::size_t batch = 6, in = 40, out = 7;
+    for (const Dtype dtype : {Dtype::float32, Dtype::bfloat16}) {
+        const Tensor x = random_tensor(Shape{batch, in}, 3.0f, 8, dtype);
+        const Tensor w = random_tensor(Shape{in, out}, 0.2f, 9, dtype);
+        const Tensor dy = random_tensor(Shape{batch, out}, 1e-3f, 10, dtype);
+        float seen_x = -1, seen_w = -1, seen_g = -1;
+        const float sx = 448.0f / kernels::amax(x), sw = 448.0f / kernels::amax(w), sg = 57344.0f / kernels::amax(dy);
+        const Fp8DenseCasts casts{fixed(Dtype::float8_e4m3, sx, &seen_x), fixed(Dtype::float8_e4m3, sw, &seen_w),
+                                  fixed(Dtype::float8_e5m2, sg, &seen_g)};
+        GradientTape tape;
+        tape.watch(x);
+        tape.watch(w);
+        const Tensor y = dense_fp8(x, w, std::nullopt, casts);
+        const std::vector<Tensor> g = tape.gradient(y * dy, {x, w});
+        BOOST_TEST(seen_x == kernels::amax(x));
+        BOOST_TEST(seen_w == kernels::amax(w));
+        BOOST_TEST(seen_g == kernels::amax(dy));
+        BOOST_TEST(y.dtype() == dtype);
+        BOOST_TEST(g[0].dtype() == dtype);
+        BOOST_TEST(g[1].dtype() == dtype);
+
+        const std::vector<float> qx = kernels::quantize(x, sx, Dtype::float8_e4m3).to_floats();
+        const std::vector<float> qw = kernels::quantize(w, sw, Dtype::float8_e4m3).to_floats();
+        const std::vector<float> qg = kernels::quantize(dy, sg, Dtype::float8_e5m2).to_floats();
+        check_product(y, qx, qw, batch, in, out, false, (1.0 / sx) * (1.0 / sw));
+        check_product(g[0], qg, qw, batch, out, in, true, (1.0 / sg) * (1.0 / sw)); // dx = q_g q_wᵀ
+        std::vector<float> qx_t(in * batch), qg_t(out * batch);                     // dw = q_xᵀ q_g
+        for (std::size_t i = 0; i < batch; ++i) {
+            for (std::size_t p = 0; p < in; ++p) qx_t[p * batch + i] = qx[i * in + p];
+            for (std::size_t j = 0; j < out; ++j) qg_t[j * batch + i] = qg[i * out + j];
+        }
+        check_product(g[1], qx_t, qg_t, in, batch, out, true, (1.0 / sx) * (1.0 / sg));
+    }
+}
+
+// Current scaling keeps far more of a tiny gradient than an unscaled e5m2 cast, which loses it to
+// underflow: the reason FP8 gradients need a scale.
+BOOST_AUTO_TEST_CASE(scaling_saves_small_gradients) {
+    const Tensor x = random_tensor(Shape{8, 32}, 1.0f, 11), w = random_tensor(Shape{32, 4}, 1.0f, 12);
+    const Tensor dy = random_tensor(Shape{8, 4}, 1e-6f, 13);
+    const auto kernel_gradient = [&](Fp8Cast grad) {
+        GradientTape tape;
+        tape.watch(w);
+        const Tensor y =
+            dense_fp8(x, w, std::nullopt, {current(Dtype::float8_e4m3), current(Dtype::float8_e4m3), grad});
+        return tape.gradient(y * dy, {w})[0];
+    };
+    const Tensor scaled = kernel_gradient(current(Dtype::float8_e5m2));
+    const Tensor unscaled = kernel_gradient(fixed(Dtype::float8_e5m2, 1.0f));
+    std::size_t zeros = 0;
+    for (float v : unscaled.to_floats()) zeros += v == 0.0f;
+    BOOST_TEST(zeros == unscaled.size()); // |dy| < 2^-17: every value underflows e5m2
+    for (float v : scaled.to_floats()) BOOST_TEST(v != 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
+    const Tensor x(Shape{2, 3}), w(Shape{3, 4});
+    const auto message_has = [](const char* part) {
+        return [part](const std::exception& e) { return std::string(e.what()).find(part) != std::string::npos; };
+    };
+    BOOST_CHECK_EXCEPTION(dense_fp8(x, w, std::nullopt, {}), std::invalid_argument, message_has("input"));
+    const Fp8DenseCasts negative{fixed(Dtype::float8_e4m3, 1.0f), fixed(Dtype::float8_e4m3, -2.0f),
+                                 fixed(Dtype::float8_e5m2, 1.0f)};
+    BOOST_CHECK_EXCEPTION(dense_fp8(x, w, std::nullopt, negative), std::invalid_argument, message_has("kernel"));
+    const Fp8DenseCasts ok{fixed(Dtype::float8_e4m3, 1.0f), fixed(Dtype::float8_e4m3, 1.0f),
+                           fixed(Dtype::float8_e5m2, 1.0f)};
+    BOOST_CHECK_EXCEPTION(dense_fp8(x, Tensor(Shape{3}), std::nullopt, ok), shape_error, message_has("(3)"));
+    BOOST_CHECK_EXCEPTION(dense_fp8(x, Tensor(Shape{4, 4}), std::nullopt, ok), shape_error, message_has("(2, 3)"));
+}

@@ -1,0 +1,122 @@
+#define BOOST_TEST_MODULE fp8_scaling
+#include <boost/test/unit_test.hpp>
+
+#include <mixprec/mixprec.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace mixprec;
+using amp::Fp8Recipe;
+using amp::Fp8Scaling;
+using autodiff::Dtype;
+
+namespace {
+
+constexpr float infinity = std::numeric_limits<float>::infinity();
+
+/// The scales a delayed recipe uses in each step for one tensor whose amax is amaxes[step].
+std::vector<float> delayed_scales(amp::Fp8ScalingOptions options, const std::vector<float>& amaxes) {
+    Fp8Scaling scaling(options);
+    std::vector<float> used;
+    for (float a : amaxes) {
+        used.push_back(scaling.scale_for("dense/input", Dtype::float8_e4m3, a));
+        scaling.end_step();
+    }
+    return used;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(current_scaling_follows_the_tensor) {
+    Fp8Scaling s({.recipe = Fp8Recipe::current});
+    BOOST_TEST(s.scale_for("a", Dtype::float8_e4m3, 2.0f) == 224.0f);
+    BOOST_TEST(s.scale_for("a", Dtype::float8_e5m2, 2.0f) == 28672.0f);
+    BOOST_TEST(s.scale_for("a", Dtype::float8_e4m3, 3.0f) == 448.0f / 3.0f);
+    for (float a : {0.0f, infinity, std::numeric_limits<float>::quiet_NaN()})
+        BOOST_TEST(s.scale_for("a", Dtype::float8_e4m3, a) == 1.0f);
+    // A scale beyond float32 becomes its largest finite.
+    BOOST_TEST(s.scale_for("a", Dtype::float8_e5m2, 1e-40f) == std::numeric_limits<float>::max());
+    BOOST_TEST(s.tensors().empty()); // current scaling keeps no state
+
+    Fp8Scaling floored({.recipe = Fp8Recipe::current, .epsilon = 0.5f});
+    BOOST_TEST(floored.scale_for("a", Dtype::float8_e4m3, 0.001f) == 896.0f);
+    Fp8Scaling powers({.recipe = Fp8Recipe::current, .power_of_two = true});
+    BOOST_TEST(powers.scale_for("a", Dtype::float8_e4m3, 3.0f) == 128.0f); // 149.3 rounded down
+    BOOST_TEST(powers.scale_for("a", Dtype::float8_e4m3, 0.875f) == 512.0f);
+}
+
+BOOST_AUTO_TEST_CASE(delayed_scaling_uses_the_history_of_earlier_steps) {
+    const std::vector<float> amaxes{4.0f, 2.0f, 1.0f, 0.5f, 0.25f, 8.0f};
+    // The first step uses 1; each later one the largest amax of the last 3 steps.
+    const std::vector<float> window = delayed_scales({.history_length = 3}, amaxes);
+    BOOST_TEST(window == (std::vector<float>{1.0f, 112.0f, 112.0f, 112.0f, 224.0f, 448.0f}),
+               boost::test_tools::per_element());
+    const std::vector<float> recent = delayed_scales({.amax_compute = amp::AmaxCompute::most_recent}, amaxes);
+    BOOST_TEST(recent == (std::vector<float>{1.0f, 112.0f, 224.0f, 448.0f, 896.0f, 1792.0f}),
+               boost::test_tools::per_element());
+    // A margin of 2 keeps 4× headroom.
+    const std::vector<float> margin = delayed_scales({.history_length = 1, .margin = 2}, {4.0f, 1.0f});
+    BOOST_TEST(margin == (std::vector<float>{1.0f, 28.0f}), boost::test_tools::per_element());
+    // An all-zero step leaves the scale where it was (history of one step).
+    const std::vector<float> zero = delayed_scales({.history_length = 1}, {2.0f, 0.0f, 0.0f, 4.0f});
+    BOOST_TEST(zero == (std::vector<float>{1.0f, 224.0f, 224.0f, 224.0f}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(delayed_scaling_keeps_the_largest_cast_of_a_step) {
+    Fp8Scaling s({.history_length = 2});
+    BOOST_TEST(s.scale_for("t", Dtype::float8_e4m3, 1.0f) == 1.0f);
+    BOOST_TEST(s.scale_for("t", Dtype::float8_e4m3, 7.0f) == 1.0f);
+    BOOST_TEST(s.scale_for("t", Dtype::float8_e4m3, 2.0f) == 1.0f);
+    s.end_step();
+    BOOST_TEST(s.tensors().at("t").history == (std::vector<float>{7.0f}), boost::test_tools::per_element());
+    BOOST_TEST(s.tensors().at("t").scale == 64.0f);
+    // A step without a cast of "t" neither records nor moves its history.
+    s.scale_for("u", Dtype::float8_e5m2, 1.0f);
+    s.end_step();
+    BOOST_TEST(s.tensors().at("t").history.size() == 1u);
+    BOOST_TEST(s.tensors().at("u").scale == 57344.0f);
+}
+
+BOOST_AUTO_TEST_CASE(dense_casts_name_their_tensors) {
+    Fp8Scaling s;
+    const autodiff::Fp8DenseCasts casts = s.dense_casts("dense_1");
+    BOOST_TEST((casts.input.format == Dtype::float8_e4m3 && casts.kernel.format == Dtype::float8_e4m3));
+    BOOST_TEST((casts.output_grad.format == Dtype::float8_e5m2));
+    casts.input.scale(1.0f);
+    casts.kernel.scale(2.0f);
+    casts.output_grad.scale(4.0f);
+    s.end_step();
+    BOOST_TEST(s.tensors().size() == 3u);
+    BOOST_TEST(s.tensors().at("dense_1/input").scale == 448.0f);
+    BOOST_TEST(s.tensors().at("dense_1/kernel").scale == 224.0f);
+    BOOST_TEST(s.tensors().at("dense_1/output_grad").scale == 14336.0f);
+}
+
+// Steps of a dense product with delayed scaling: the first uses scale 1, the next ones the amax of the
+// step before, so the cast of a small input keeps its digits.
+BOOST_AUTO_TEST_CASE(delayed_scaling_drives_dense_fp8) {
+    Fp8Scaling s;
+    const autodiff::Tensor x = autodiff::Tensor::full(autodiff::Shape{2, 3}, 0.01f);
+    const autodiff::Tensor w = autodiff::Tensor::full(autodiff::Shape{3, 1}, 1.0f);
+    std::vector<float> y;
+    for (int step = 0; step < 2; ++step) {
+        y.push_back(autodiff::dense_fp8(x, w, std::nullopt, s.dense_casts("dense")).flat(0));
+        s.end_step();
+    }
+    // Unscaled, 0.01 is an e4m3 subnormal and rounds to 5 · 2^-9 = 0.009765625; scaled by 448 / 0.01 it
+    // lands on 448, a normal number.
+    BOOST_TEST(y[0] == 3 * float(autodiff::float8_e4m3(0.01f)));
+    BOOST_TEST(std::fabs(y[1] - 0.03f) < std::fabs(y[0] - 0.03f));
+    BOOST_TEST(s.tensors().at("dense/input").scale == 44800.0f);
+}
+
+BOOST_AUTO_TEST_CASE(options_out_of_range_are_refused) {
+    BOOST_CHECK_THROW(Fp8Scaling({.history_length = 0}), std::invalid_argument);
+    BOOST_CHECK_THROW(Fp8Scaling({.history_length = 1025}), std::invalid_argument);
+    BOOST_CHECK_THROW(Fp8Scaling({.margin = -1}), std::invalid_argument);
+    BOOST_CHECK_THROW(Fp8Scaling({.epsilon = -1.0f}), std::invalid_argument);
+    BOOST_CHECK_THROW(Fp8Scaling({.forward = Dtype::bfloat16}), std::invalid_argument);
+    BOOST_CHECK_THROW(amp::fp8_max(Dtype::float16), std::invalid_argument);
+}
