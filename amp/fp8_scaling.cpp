@@ -73,6 +73,7 @@ void Fp8Scaling::end_step() {
         if (t.history.size() == length) t.history.erase(t.history.begin());
         t.history.push_back(t.step_amax);
         t.cast_this_step = false;
+        t.step_amax = 0.0f;
         const float a = options_.amax_compute == AmaxCompute::max
                             ? *std::max_element(t.history.begin(), t.history.end())
                             : t.history.back();

@@ -26,13 +26,19 @@
 /// Tensors are named "<layer>/input", "<layer>/kernel" and "<layer>/output_grad".
 
 #include <mixprec/autodiff/ops_fp8.hpp>
+#include <mixprec/optim/optimizer_state.hpp>
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mixprec::amp {
+
+/// The names of Fp8Scaling values in an optim::OptimizerState begin with this.
+inline constexpr std::string_view fp8_prefix = "fp8/";
 
 enum class Fp8Recipe : std::uint8_t { delayed, current };
 enum class AmaxCompute : std::uint8_t { max, most_recent };
@@ -52,14 +58,14 @@ struct Fp8ScalingOptions {
 float fp8_max(autodiff::Dtype format);
 
 /// The scaling state of every FP8 tensor of a model, by name.
-class Fp8Scaling {
+class Fp8Scaling final : public autodiff::Fp8Scales {
   public:
     /// std::invalid_argument naming an option out of range.
     explicit Fp8Scaling(Fp8ScalingOptions options = {});
 
     /// The casts of a dense layer's input, kernel and output gradient. They refer to this object,
     /// which must outlive the step that uses them.
-    autodiff::Fp8DenseCasts dense_casts(const std::string& layer);
+    autodiff::Fp8DenseCasts dense_casts(const std::string& layer) override;
 
     /// The scale for a cast of tensor `name` into `format`, given its amax now (see the table).
     float scale_for(const std::string& name, autodiff::Dtype format, float amax);
@@ -77,6 +83,15 @@ class Fp8Scaling {
     };
     const std::map<std::string, Tensor>& tensors() const { return tensors_; }
     const Fp8ScalingOptions& options() const { return options_; }
+
+    /// The options, and every tensor's format, scale and history, as "fp8/…" values of an optimizer's
+    /// state, and back (amp/fp8_scaling_values.cpp). Saved between steps: what a step has cast so far is
+    /// not kept. from_values: std::invalid_argument naming a value that is missing, repeated, unknown, of
+    /// the wrong kind or out of range (at most max_tensors tensors; a history no longer than
+    /// history_length, of finite amaxes ≥ 0; scales finite and > 0).
+    std::vector<optim::StateValue> values() const;
+    static Fp8Scaling from_values(std::span<const optim::StateValue> values);
+    static constexpr std::size_t max_tensors = 3 * 4096;
 
   private:
     float scale_from(float amax, autodiff::Dtype format, int margin) const;

@@ -82,6 +82,7 @@ bool LossScaleOptimizer::finish(bool finite, double squared_norm, std::vector<st
     } else {
         scale_.update(finite);
     }
+    if (fp8_) fp8_->end_step();
     last_skipped_ = !finite;
     skipped_ += finite ? 0 : 1;
     last_norm_ = finite ? std::sqrt(squared_norm) : INFINITY;
@@ -108,6 +109,8 @@ optim::OptimizerState LossScaleOptimizer::state() const {
     for (optim::StateValue& v : loss_scale_values(snapshot())) s.values.push_back(std::move(v));
     if (layers_)
         for (optim::StateValue& v : layers_->values()) s.values.push_back(std::move(v));
+    if (fp8_)
+        for (optim::StateValue& v : fp8_->values()) s.values.push_back(std::move(v));
     return s;
 }
 
@@ -119,10 +122,11 @@ void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
     optim::OptimizerState inner_state = state;
     inner_state.kind = inner_->kind();
     inner_state.values.clear();
-    std::vector<optim::StateValue> own, per_layer;
+    std::vector<optim::StateValue> own, per_layer, fp8;
     for (const optim::StateValue& v : state.values)
         (v.name.starts_with(loss_scale_prefix)    ? own
          : v.name.starts_with(layer_scale_prefix) ? per_layer
+         : v.name.starts_with(fp8_prefix)         ? fp8
                                                   : inner_state.values)
             .push_back(v);
     const LossScaleSnapshot snap = loss_scale_snapshot(own);
@@ -135,9 +139,28 @@ void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
                                               "has one global scale (make it with LayerScaleOptions)");
     std::optional<LayerScales> layers;
     if (layers_) layers.emplace(LayerScales::from_values(per_layer));
+    if (fp8.empty() != !fp8_)
+        throw std::invalid_argument(fp8_ ? "load_state: the state has no FP8 scales, and this optimizer keeps them"
+                                         : "load_state: the state has FP8 scales, and this optimizer keeps none "
+                                           "(call scale_fp8 first)");
+    std::optional<Fp8Scaling> fp8_scaling;
+    if (fp8_) {
+        fp8_scaling.emplace(Fp8Scaling::from_values(fp8));
+        const auto& saved = fp8_scaling->options();
+        const auto& mine = fp8_->options();
+        if (saved.recipe != mine.recipe || saved.history_length != mine.history_length ||
+            saved.amax_compute != mine.amax_compute || saved.margin != mine.margin || saved.epsilon != mine.epsilon ||
+            saved.power_of_two != mine.power_of_two || saved.forward != mine.forward || saved.backward != mine.backward)
+            throw std::invalid_argument(std::string("load_state: the state's FP8 scaling (") +
+                                        (saved.recipe == Fp8Recipe::delayed ? "delayed" : "current") +
+                                        " recipe) differs from this optimizer's (" +
+                                        (mine.recipe == Fp8Recipe::delayed ? "delayed" : "current") +
+                                        " recipe): resume with the options it was saved with");
+    }
     inner_->load_state(inner_state, variables); // all or nothing; from here on nothing can fail
     scale_ = scale;
     layers_ = std::move(layers);
+    fp8_ = std::move(fp8_scaling);
     skipped_ = snap.skipped_steps;
     last_skipped_ = snap.last_step_skipped;
     last_norm_ = snap.last_gradient_norm;

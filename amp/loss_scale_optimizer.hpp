@@ -26,7 +26,12 @@
 /// scale, and after each step (applied or skipped) the scales move by the per-layer rule while the global
 /// LossScale stays as it is. A training step must pass layer_scaling() to the layers of a chain
 /// (models::CallContext::layer_scaling, which fit does) and hand it the tape (observe) before apply.
+///
+/// FP8 products (scale_fp8): the optimizer keeps the per-tensor scales of the model's FP8 products
+/// (amp/fp8_scaling.hpp). A training step hands fp8_scales() to the layers (models::CallContext::fp8,
+/// which fit does), and after each step, applied or skipped, the delayed recipe chooses the next scales.
 
+#include <mixprec/amp/fp8_scaling.hpp>
 #include <mixprec/amp/layer_scales.hpp>
 #include <mixprec/amp/loss_scale.hpp>
 #include <mixprec/optim/optimizer.hpp>
@@ -126,6 +131,12 @@ class LossScaleOptimizer final : public optim::Optimizer {
     /// The per-layer scales, or null without per-layer scaling.
     optim::LayerScaling* layer_scaling() override { return layers_ ? &*layers_ : nullptr; }
     const LayerScales* layer_scales() const { return layers_ ? &*layers_ : nullptr; }
+    /// From now on, keeps the scales of FP8 products with these options (fresh state). load_state then
+    /// takes the scales and histories of a state saved with the same options, and refuses others.
+    void scale_fp8(Fp8ScalingOptions options) { fp8_.emplace(options); }
+    /// The scales of FP8 products, or null unless scale_fp8 was called.
+    autodiff::Fp8Scales* fp8_scales() override { return fp8_ ? &*fp8_ : nullptr; }
+    const Fp8Scaling* fp8_scaling() const { return fp8_ ? &*fp8_ : nullptr; }
     /// Restores the counters kept here (checkpoints).
     void set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm);
 
@@ -138,6 +149,7 @@ class LossScaleOptimizer final : public optim::Optimizer {
     std::unique_ptr<optim::Optimizer> inner_;
     LossScale scale_;
     std::optional<LayerScales> layers_;
+    std::optional<Fp8Scaling> fp8_;
     bool last_skipped_ = false;
     std::int64_t skipped_ = 0;
     double last_norm_ = 0;

@@ -7,6 +7,10 @@
 ///   "mixed_float16"    compute float16,   variables float32   (use a LossScaleOptimizer)
 ///   "mixed_bfloat16"   compute bfloat16,  variables float32
 ///   "mixed_cbfloat16"  compute cbfloat16, variables float32   (use a LossScaleOptimizer)
+///   "mixed_float8"     compute bfloat16,  variables float32, and Dense layers' products in FP8: inputs
+///                      and kernels in float8_e4m3, gradients in float8_e5m2, each with its own scale
+///                      (the "hybrid" recipe; use a LossScaleOptimizer made with Fp8ScalingOptions,
+///                      whose scales a training step hands to the layers: amp/fp8_scaling.hpp)
 
 #include <mixprec/autodiff/tensor/dtype.hpp>
 
@@ -26,6 +30,9 @@ class Policy {
     /// True when gradients are computed in a dtype narrower than float32's range needs loss scaling
     /// (float16, cbfloat16); bfloat16 has float32's exponent range.
     bool needs_loss_scaling() const;
+    /// True for mixed_float8: Dense layers multiply in FP8 (autodiff::dense_fp8) when a training step
+    /// gives them scales, except the layers set_fp8(false) exempts.
+    bool fp8_products() const;
 
     friend bool operator==(const Policy& a, const Policy& b) { return a.name_ == b.name_; }
 

@@ -7,5 +7,6 @@ target_sources(mixprec PRIVATE
   amp/telemetry.cpp
   amp/layer_scales.cpp
   amp/fp8_scaling.cpp
+  amp/fp8_scaling_values.cpp
   amp/loss_scale_optimizer.cpp
   amp/loss_scale_values.cpp)

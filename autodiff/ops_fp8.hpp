@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 
 namespace mixprec::autodiff {
 
@@ -24,6 +25,15 @@ struct Fp8DenseCasts {
     Fp8Cast input{Dtype::float8_e4m3, {}};
     Fp8Cast kernel{Dtype::float8_e4m3, {}};
     Fp8Cast output_grad{Dtype::float8_e5m2, {}};
+};
+
+/// Where FP8 layers get their casts during training: the per-tensor scaling state of a model
+/// (amp::Fp8Scaling implements it, with Transformer Engine's recipes).
+class Fp8Scales {
+  public:
+    virtual ~Fp8Scales() = default;
+    /// The casts of the dense layer `layer`'s input, kernel and output gradient for this step.
+    virtual Fp8DenseCasts dense_casts(const std::string& layer) = 0;
 };
 
 /// A dense layer's product in FP8, for x (batch, in) or (batch, seq, in), w (in, out) and an optional

@@ -37,7 +37,8 @@
 
 namespace mixprec::autodiff {
 class GradientTape;
-}
+class Fp8Scales;
+} // namespace mixprec::autodiff
 
 namespace mixprec::optim {
 
@@ -117,6 +118,8 @@ class Optimizer {
     virtual double last_gradient_norm() const { return std::numeric_limits<double>::quiet_NaN(); }
     /// Per-layer loss scaling, if this optimizer does it (here: null).
     virtual LayerScaling* layer_scaling() { return nullptr; }
+    /// The scales of FP8 products, if this optimizer keeps them (here: null; amp/fp8_scaling.hpp).
+    virtual autodiff::Fp8Scales* fp8_scales() { return nullptr; }
 
     /// Everything this optimizer keeps, detached from it: kind, iterations, slots and named values (a
     /// constant learning rate as "learning_rate"; an amp::LossScaleOptimizer adds its scale, counters and

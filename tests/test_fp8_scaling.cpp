@@ -120,3 +120,86 @@ BOOST_AUTO_TEST_CASE(options_out_of_range_are_refused) {
     BOOST_CHECK_THROW(Fp8Scaling({.forward = Dtype::bfloat16}), std::invalid_argument);
     BOOST_CHECK_THROW(amp::fp8_max(Dtype::float16), std::invalid_argument);
 }
+
+BOOST_AUTO_TEST_CASE(state_round_trips_through_values) {
+    Fp8Scaling s({.history_length = 3, .margin = 1, .power_of_two = true});
+    for (int step = 0; step < 5; ++step) {
+        const autodiff::Fp8DenseCasts casts = s.dense_casts("dense_" + std::to_string(step % 2));
+        casts.input.scale(float(step + 1));
+        casts.kernel.scale(0.5f);
+        casts.output_grad.scale(step == 2 ? 0.0f : 1e-6f * float(step + 1));
+        s.end_step();
+    }
+    const Fp8Scaling back = Fp8Scaling::from_values(s.values());
+    BOOST_TEST((back.tensors() == s.tensors()));
+    BOOST_TEST(back.options().history_length == 3);
+    BOOST_TEST(back.options().margin == 1);
+    BOOST_TEST(back.options().power_of_two);
+    BOOST_TEST((back.values() == s.values()));
+}
+
+BOOST_AUTO_TEST_CASE(hostile_values_are_refused) {
+    Fp8Scaling s({.history_length = 2});
+    s.scale_for("d/input", Dtype::float8_e4m3, 3.0f);
+    s.end_step();
+    const std::vector<optim::StateValue> good = s.values();
+    const auto refused = [&](auto change, const char* words) {
+        std::vector<optim::StateValue> v = good;
+        change(v);
+        try {
+            Fp8Scaling::from_values(v);
+        } catch (const std::invalid_argument& e) {
+            BOOST_TEST(std::string(e.what()).find(words) != std::string::npos, e.what());
+            return;
+        }
+        BOOST_ERROR("accepted: " << words);
+    };
+    const auto set = [](const std::string& name, optim::StateValue::Value value) {
+        return [=](std::vector<optim::StateValue>& v) {
+            for (auto& x : v)
+                if (x.name == name) x.value = value;
+        };
+    };
+    const auto add = [](const std::string& name, optim::StateValue::Value value) {
+        return [=](std::vector<optim::StateValue>& v) { v.push_back({name, value}); };
+    };
+    refused(set("fp8/history_length", std::int64_t{1 << 30}), "fp8/history_length");
+    refused(set("fp8/tensors", std::int64_t{1'000'000'000}), "fp8/tensors");
+    refused(set("fp8/tensors", std::int64_t{2}), "do not match");
+    refused(set("fp8/scale/0", 0.0), "fp8/scale/0");
+    refused(set("fp8/scale/0", std::int64_t{1}), "real");
+    refused(set("fp8/history/0/0", -1.0), "fp8/history/0/0");
+    refused(set("fp8/history/0/0", 0.1), "float32"); // not a float32
+    refused(set("fp8/tensor/0/d/input", std::int64_t(Dtype::float16)), "FP8");
+    refused(
+        [](std::vector<optim::StateValue>& v) { // three amaxes for a history of two
+            for (const char* j : {"1", "2"}) v.push_back({std::string("fp8/history/0/") + j, 1.0});
+        },
+        "longer");
+    refused(add("fp8/history/0/5", 1.0), "gaps");
+    refused(add("fp8/history/0/99999999999999999999", 1.0), "position");
+    refused(add("fp8/scale/0", 1.0), "twice");
+    refused(add("fp8/whatever", std::int64_t{1}), "fp8/whatever");
+    refused([](std::vector<optim::StateValue>& v) { v.erase(v.begin()); }, "fp8/recipe");
+}
+
+// A LossScaleOptimizer that keeps FP8 scales saves them with its state, and refuses a state without them.
+BOOST_AUTO_TEST_CASE(loss_scale_optimizer_keeps_the_scales) {
+    const auto make = [] {
+        auto o = std::make_unique<amp::LossScaleOptimizer>(std::make_unique<optim::SGD>(optim::SGD::Options{}),
+                                                           amp::LossScaleOptions{.dynamic = false, .initial_scale = 1});
+        o->scale_fp8({.history_length = 4});
+        return o;
+    };
+    auto a = make();
+    autodiff::Variable v(autodiff::Tensor::full(autodiff::Shape{2}, 1.0f), "v");
+    a->fp8_scales()->dense_casts("dense").input.scale(2.0f);
+    a->apply({autodiff::Tensor::full(autodiff::Shape{2}, 0.5f)}, {v}); // the step's end moves the scales
+    BOOST_TEST(a->fp8_scaling()->tensors().at("dense/input").scale == 224.0f);
+    auto b = make();
+    b->load_state(a->state({v}), {v});
+    BOOST_TEST((b->fp8_scaling()->tensors() == a->fp8_scaling()->tensors()));
+    amp::LossScaleOptimizer plain(std::make_unique<optim::SGD>(optim::SGD::Options{}));
+    BOOST_CHECK_THROW(plain.load_state(a->state({v}), {v}), std::invalid_argument);
+    BOOST_CHECK_THROW(b->load_state(plain.state({v}), {v}), std::invalid_argument);
+}

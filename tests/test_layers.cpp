@@ -270,6 +270,42 @@ BOOST_AUTO_TEST_CASE(dense_keeps_leading_axes) {
     BOOST_TEST(same_bits(reshape(y, Shape{12, 5}), flat));
 }
 
+// Under mixed_float8, a model's middle Dense multiplies in FP8 when a training step hands it scales; the
+// first and last stay in bfloat16 unless set_fp8(true); without scales every layer runs in bfloat16.
+BOOST_AUTO_TEST_CASE(dense_multiplies_in_fp8_under_mixed_float8) {
+    amp::Policy fp8("mixed_float8");
+    BOOST_TEST(fp8.fp8_products());
+    BOOST_TEST((fp8.compute_dtype() == Dtype::bfloat16));
+    BOOST_TEST(!fp8.needs_loss_scaling());
+    const auto make = [&] {
+        Sequential model{Dense(8, "relu"), Dense(8, "relu"), Dense(3)};
+        for (const auto& l : model.layers()) l->set_policy(fp8);
+        model.build(Shape{5}, 7);
+        return model;
+    };
+    const Tensor x = random(Shape{4, 5}, -1.0f, 1.0f, 8);
+    Sequential model = make();
+    amp::Fp8Scaling scaling({.recipe = amp::Fp8Recipe::delayed});
+    const Tensor y = model(x, {.fp8 = &scaling});
+    BOOST_TEST(scaling.tensors().size() == 2u); // dense_1's input and kernel: the edges stay in bfloat16
+    BOOST_TEST(scaling.tensors().count("dense_1/input") == 1u);
+    BOOST_TEST(scaling.tensors().count("dense_1/kernel") == 1u);
+    // With scale 1 (the delayed recipe's first step) the middle product is dense_fp8's.
+    auto& middle = dynamic_cast<Dense&>(model.layer("dense_1"));
+    auto& first = dynamic_cast<Dense&>(model.layer("dense"));
+    const Tensor h = first(cast(x, Dtype::bfloat16));
+    amp::Fp8Scaling fresh;
+    const std::vector<Variable> v = middle.variables();
+    const Tensor want = relu(dense_fp8(h, v[0].read(), v[1].read(), fresh.dense_casts("dense_1")));
+    BOOST_TEST(same_bits(middle(h, {.fp8 = &scaling}),
+                         relu(dense_fp8(h, v[0].read(), v[1].read(), scaling.dense_casts("dense_1")))));
+    BOOST_TEST(same_bits(middle(h, {.fp8 = &fresh}), want));
+    BOOST_TEST(!same_bits(middle(h), want)); // without scales: bfloat16
+    first.set_fp8(true);
+    model(x, {.fp8 = &scaling});
+    BOOST_TEST(scaling.tensors().count("dense/input") == 1u);
+}
+
 // ---- Conv2D and pooling ----
 
 BOOST_AUTO_TEST_CASE(conv2d_matches_direct_loops) {

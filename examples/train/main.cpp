@@ -112,10 +112,14 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o, const 
     }
     // Always a LossScaleOptimizer: with scaling off (a fixed scale of 1) it applies exactly what the inner
     // optimizer would, and it still skips a step whose gradients are not finite.
-    if (o.loss_scale == "per_layer")
-        return std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options(),
-                                                         amp::LayerScaleOptions{});
-    return std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options());
+    auto optimizer = o.loss_scale == "per_layer"
+                         ? std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options(),
+                                                                     amp::LayerScaleOptions{})
+                         : std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options());
+    if (amp::Policy(o.precision).fp8_products())
+        optimizer->scale_fp8({.recipe = o.fp8_recipe.value_or("delayed") == "current" ? amp::Fp8Recipe::current
+                                                                                      : amp::Fp8Recipe::delayed});
+    return optimizer;
 }
 
 /// The header line's words on the optimizer beyond its kind and learning rate: the schedule and the weight

@@ -83,6 +83,8 @@ void check_rule_reads(const Options& o) {
 }
 
 void check(const Options& o, bool dynamic_flags_given) {
+    if (o.fp8_recipe && o.precision != "mixed_float8")
+        throw conflict("--fp8-recipe", "only --precision mixed_float8 has FP8 products to scale");
     if (o.loss_scale == "per_layer") {
         if (o.growth_interval || o.hysteresis || o.min_scale || o.max_scale)
             throw conflict("--loss-scale",
@@ -187,7 +189,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
 
     app.add_option("--model", o.model, "Model to train")->check(CLI::IsMember(model_names))->capture_default_str();
     app.add_option("--precision", o.precision, "Dtype policy")
-        ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16"}))
+        ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16", "mixed_float8"}))
         ->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "Optimizer")
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
@@ -202,6 +204,10 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->check(CLI::Range(std::size_t{1}, std::size_t{60000}))
         ->capture_default_str();
     app.add_option("--seed", o.seed, "Seed of the initial weights, the shuffling and dropout")->capture_default_str();
+    app.add_option("--fp8-recipe", o.fp8_recipe,
+                   "How mixed_float8 scales each FP8 tensor: delayed (from the amax of the last 16 steps, as "
+                   "Transformer Engine's DelayedScaling) or current (from the tensor's own amax)")
+        ->check(CLI::IsMember({"delayed", "current"}));
     app.add_option("--loss-scale", o.loss_scale,
                    "dynamic, per_layer (a scale per layer, from what each layer's gradients lose), none, a fixed "
                    "value, or auto (dynamic for float16 and cbfloat16, none otherwise)")

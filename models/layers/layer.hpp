@@ -49,6 +49,10 @@ struct CallContext {
     /// Per-layer loss scaling (amp/layer_scales.hpp), set by a training step of a chain of layers: each
     /// outermost layer call multiplies the gradient flowing back into its output by its factor.
     optim::LayerScaling* layer_scaling = nullptr;
+    /// The scales of FP8 products (autodiff/ops_fp8.hpp), set by a training step whose optimizer keeps
+    /// them: under a policy with FP8 products (mixed_float8) a Dense layer multiplies in FP8 when it has
+    /// them, and in the compute dtype (bfloat16) otherwise, as in evaluation.
+    autodiff::Fp8Scales* fp8 = nullptr;
 };
 
 class Layer {

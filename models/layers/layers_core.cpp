@@ -5,6 +5,7 @@
 #include <mixprec/models/layers/initializers.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/autodiff/ops_fp8.hpp>
 #include <mixprec/autodiff/ops_matmul.hpp>
 #include <mixprec/autodiff/ops_nn.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
@@ -114,13 +115,18 @@ Shape Dense::do_build(const Shape& input_shape, Rng& init_rng) {
     return Shape(std::span<const std::size_t>(out));
 }
 
-Tensor Dense::forward(const Tensor& x, const CallContext&) {
+Tensor Dense::forward(const Tensor& x, const CallContext& context) {
     const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
-    if (x.rank() == 2) return apply_activation(autodiff::dense(x, kernel_->read(), bias), activation_);
+    const bool in_fp8 = context.fp8 != nullptr && policy().fp8_products() && fp8();
+    const auto product = [&](const Tensor& rows) {
+        return in_fp8 ? autodiff::dense_fp8(rows, kernel_->read(), bias, context.fp8->dense_casts(name()))
+                      : autodiff::dense(rows, kernel_->read(), bias);
+    };
+    if (x.rank() == 2) return apply_activation(product(x), activation_);
     // (N, ..., in): the product runs on the rows (N·…, in), and the leading axes come back afterwards.
     const std::size_t in = x.shape()[x.rank() - 1];
     const std::size_t rows = in == 0 ? 0 : x.size() / in;
-    const Tensor y = autodiff::dense(autodiff::reshape(x, Shape{rows, in}), kernel_->read(), bias);
+    const Tensor y = product(autodiff::reshape(x, Shape{rows, in}));
     std::vector<std::size_t> out(x.shape().begin(), x.shape().end());
     out.back() = units_;
     return apply_activation(autodiff::reshape(y, Shape(std::span<const std::size_t>(out))), activation_);

@@ -48,6 +48,14 @@ class Dense final : public Layer {
     const std::string& activation() const { return activation_; }
     bool use_bias() const { return use_bias_; }
 
+    /// Under a policy with FP8 products (mixed_float8), whether this layer multiplies in FP8
+    /// (autodiff::dense_fp8) when a training step gives it scales. Unset, it does, except the first and
+    /// the last Dense of a model (Model::build marks them with set_edge), which stay in the compute dtype,
+    /// as Transformer Engine's and Intel's FP8 recipes keep the first and last layers in higher precision.
+    void set_fp8(std::optional<bool> fp8) { fp8_ = fp8; }
+    bool fp8() const { return fp8_.value_or(!edge_); }
+    void set_edge(bool edge) { edge_ = edge; }
+
   protected:
     /// shape_error for an example of rank 0 (Dense needs (..., in)).
     Shape do_build(const Shape& input_shape, Rng& init_rng) override;
@@ -59,6 +67,8 @@ class Dense final : public Layer {
     bool use_bias_;
     std::optional<Variable> kernel_;
     std::optional<Variable> bias_;
+    std::optional<bool> fp8_;
+    bool edge_ = false;
 };
 
 /// Flattens each example to one axis: (d₁, …, dₖ) → (d₁ ⋯ dₖ); a rank-0 example becomes (1), as in Keras.

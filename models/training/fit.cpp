@@ -62,7 +62,9 @@ BatchGradients batch_gradients(const TrainStep& s) {
                                     "where two paths of gradients meet, their layers' scales would differ");
     autodiff::GradientTape tape({.telemetry = telemetry != nullptr || per_layer != nullptr,
                                  .telemetry_histogram = telemetry != nullptr && telemetry->options().histogram});
-    result.y_pred = s.model(s.x, {.training = true, .dropout_rng = &s.dropout_rng, .layer_scaling = per_layer});
+    result.y_pred = s.model(
+        s.x,
+        {.training = true, .dropout_rng = &s.dropout_rng, .layer_scaling = per_layer, .fp8 = s.optimizer.fp8_scales()});
     const autodiff::Tensor loss = s.loss(s.y, result.y_pred);
     result.loss = loss.flat(0);
     result.grads = tape.gradient(s.optimizer.scale_loss(loss), s.variables);

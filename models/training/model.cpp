@@ -4,6 +4,7 @@
 #include <mixprec/models/training/model.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/models/layers/layers_core.hpp>
 #include <mixprec/models/training/fit.hpp>
 
 #include <algorithm>
@@ -245,6 +246,14 @@ void Model::build(const Shape& input_shape, std::uint64_t seed) {
             throw std::logic_error("model '" + name_ + "': layer '" + l->name() + "' (" + l->kind() +
                                    ") was never called while the model built, so it has no weights: call it in "
                                    "call(), passing the context on, or do not track it");
+    // The first and last Dense stay in the compute dtype under FP8 products, unless set otherwise.
+    std::vector<Dense*> dense;
+    for (const auto& l : layers_)
+        if (auto* d = dynamic_cast<Dense*>(l.get())) dense.push_back(d);
+    if (!dense.empty()) {
+        dense.front()->set_edge(true);
+        dense.back()->set_edge(true);
+    }
     input_shape_ = input_shape;
     built_ = true;
 }
