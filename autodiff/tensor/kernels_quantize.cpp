@@ -13,17 +13,19 @@
 namespace mixprec::autodiff::kernels {
 
 float amax(const Tensor& x) {
-    // Magnitudes of finite floats order as their bit patterns, so the maximum is kept as an integer.
-    std::atomic<std::uint32_t> top{0};
+    // Magnitudes of finite floats order as their bit patterns, so the maximum is kept as an integer (signed,
+    // which GCC vectorizes: every magnitude pattern is below 2^31).
+    std::atomic<std::int32_t> top{0};
     detail::for_each_chunk(x.size(), [&](std::size_t i, std::size_t n) {
         std::array<float, detail::chunk> scratch;
         const float* v = detail::floats_at(x, i, n, scratch);
-        std::uint32_t m = 0;
+        std::int32_t m = 0;
         for (std::size_t j = 0; j < n; ++j) {
-            const std::uint32_t a = std::bit_cast<std::uint32_t>(v[j]) & 0x7FFFFFFFu;
-            m = a < 0x7F800000u && a > m ? a : m;
+            const std::int32_t a = std::bit_cast<std::int32_t>(v[j]) & 0x7FFFFFFF;
+            const std::int32_t finite = a < 0x7F800000 ? a : 0;
+            m = finite > m ? finite : m;
         }
-        std::uint32_t seen = top.load(std::memory_order_relaxed);
+        std::int32_t seen = top.load(std::memory_order_relaxed);
         while (m > seen && !top.compare_exchange_weak(seen, m, std::memory_order_relaxed)) {}
     });
     return std::bit_cast<float>(top.load());

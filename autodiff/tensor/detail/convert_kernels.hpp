@@ -7,6 +7,7 @@
 #include <mixprec/autodiff/tensor/format.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -46,7 +47,16 @@ void narrow_loop(const float* src, void* dst, std::size_t n) {
 template <class F>
 void widen_loop(const void* src, float* dst, std::size_t n) {
     const auto* in = static_cast<const typename F::storage*>(src);
-    for (std::size_t i = 0; i < n; ++i) dst[i] = decode<typename F::spec>(in[i]);
+    if constexpr (sizeof(typename F::storage) == 1) { // 256 patterns: decode each once, then look them up
+        static const std::array<float, 256> table = [] {
+            std::array<float, 256> t{};
+            for (unsigned b = 0; b < 256; ++b) t[b] = decode<typename F::spec>(static_cast<std::uint8_t>(b));
+            return t;
+        }();
+        for (std::size_t i = 0; i < n; ++i) dst[i] = table[in[i]];
+    } else {
+        for (std::size_t i = 0; i < n; ++i) dst[i] = decode<typename F::spec>(in[i]);
+    }
 }
 
 /// The end of a block's tally, after its common pass (below) found `top`, the largest magnitude pattern
