@@ -24,6 +24,7 @@
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
 #include <mixprec/autodiff/tensor/kernels_quantize.hpp>
+#include <mixprec/autodiff/tensor/mx.hpp>
 #include <mixprec/autodiff/tensor/rng.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/shape.hpp>
