@@ -50,8 +50,9 @@ class Dense final : public Layer {
 
     /// Under a policy with FP8 products (mixed_float8), whether this layer multiplies in FP8
     /// (autodiff::dense_fp8) when a training step gives it scales. Unset, it does, except the first and
-    /// the last Dense of a model (Model::build marks them with set_edge), which stay in the compute dtype,
-    /// as Transformer Engine's and Intel's FP8 recipes keep the first and last layers in higher precision.
+    /// the last Dense among a model's layers (in a Sequential, the first and last called; Model::build
+    /// marks them with set_edge), which stay in the compute dtype, as Transformer Engine's and Intel's FP8
+    /// recipes keep the first and last layers in higher precision.
     void set_fp8(std::optional<bool> fp8) { fp8_ = fp8; }
     bool fp8() const { return fp8_.value_or(!edge_); }
     void set_edge(bool edge) { edge_ = edge; }
