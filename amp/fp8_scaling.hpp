@@ -52,6 +52,7 @@ struct Fp8ScalingOptions {
     bool power_of_two = false;                              ///< round every scale down to a power of two
     autodiff::Dtype forward = autodiff::Dtype::float8_e4m3; ///< inputs and kernels
     autodiff::Dtype backward = autodiff::Dtype::float8_e5m2; ///< output gradients
+    friend bool operator==(const Fp8ScalingOptions&, const Fp8ScalingOptions&) = default;
 };
 
 /// The largest finite of an FP8 format; std::invalid_argument for any other dtype.

@@ -148,9 +148,7 @@ void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
         fp8_scaling.emplace(Fp8Scaling::from_values(fp8));
         const auto& saved = fp8_scaling->options();
         const auto& mine = fp8_->options();
-        if (saved.recipe != mine.recipe || saved.history_length != mine.history_length ||
-            saved.amax_compute != mine.amax_compute || saved.margin != mine.margin || saved.epsilon != mine.epsilon ||
-            saved.power_of_two != mine.power_of_two || saved.forward != mine.forward || saved.backward != mine.backward)
+        if (saved != mine)
             throw std::invalid_argument(std::string("load_state: the state's FP8 scaling (") +
                                         (saved.recipe == Fp8Recipe::delayed ? "delayed" : "current") +
                                         " recipe) differs from this optimizer's (" +

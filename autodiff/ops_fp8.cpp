@@ -1,5 +1,6 @@
 #include <mixprec/autodiff/ops_fp8.hpp>
 
+#include <mixprec/autodiff/detail/as_rows.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/errors.hpp>
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
@@ -28,12 +29,6 @@ Cast cast(const Tensor& t, const Fp8Cast& how, const char* what) {
     return {kernels::quantize(t, s, how.format), 1.0f / s};
 }
 
-/// t (..., n) seen as a matrix (rows, n), sharing its storage.
-Tensor as_rows(const Tensor& t) {
-    if (t.rank() <= 2) return t;
-    return t.reshape(Shape{t.size() / t.shape().dim(-1), t.shape().dim(-1)});
-}
-
 } // namespace
 
 Tensor dense_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Fp8DenseCasts& casts) {
@@ -49,15 +44,16 @@ Tensor dense_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>& 
             y, std::span<const Tensor* const>(inputs),
             [qx, qw, grad = casts.output_grad, x_dtype = x.dtype(), w_dtype = w.dtype(), bias_shape](const Tensor& dy) {
                 Gradients g(bias_shape ? 3 : 2);
+                if (bias_shape && gradient_needed(2)) g[2] = kernels::sum_to_shape(dy, *bias_shape);
+                if (!gradient_needed(0) && !gradient_needed(1)) return g;
                 const Cast qg = cast(dy, grad, "output gradient");
                 if (gradient_needed(0))
                     g[0] = kernels::matmul(
                         qg.q, qw.q, {.transpose_b = true, .alpha = qg.inverse * qw.inverse, .out_dtype = x_dtype});
                 if (gradient_needed(1))
                     g[1] =
-                        kernels::matmul(as_rows(qx.q), as_rows(qg.q),
+                        kernels::matmul(detail::as_rows(qx.q), detail::as_rows(qg.q),
                                         {.transpose_a = true, .alpha = qx.inverse * qg.inverse, .out_dtype = w_dtype});
-                if (bias_shape && gradient_needed(2)) g[2] = kernels::sum_to_shape(dy, *bias_shape);
                 return g;
             });
     }

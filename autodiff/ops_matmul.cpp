@@ -1,5 +1,6 @@
 #include <mixprec/autodiff/ops_matmul.hpp>
 
+#include <mixprec/autodiff/detail/as_rows.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 
@@ -60,18 +61,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options) {
 
 namespace mixprec::autodiff {
 
-namespace {
-
-/// t (..., n) seen as a matrix (rows, n), sharing its storage.
-Tensor as_rows(const Tensor& t) {
-    if (t.rank() <= 2) return t;
-    std::size_t rows = 1;
-    for (std::size_t i = 0; i + 1 < t.rank(); ++i) rows *= t.shape()[i];
-    return t.reshape(Shape{rows, t.shape()[t.rank() - 1]});
-}
-
-} // namespace
-
 Tensor dense(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias) {
     if (w.rank() != 2) throw shape_error("dense: weights " + w.shape().to_string() + " must have rank 2 (in, out)");
     Tensor y = kernels::matmul(x, w, {}, bias ? &*bias : nullptr);
@@ -84,7 +73,8 @@ Tensor dense(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias
             // summed in float32 and rounded once, rather than one product per batch and a sum of those).
             Gradients g(bias_shape ? 3 : 2);
             if (gradient_needed(0)) g[0] = grad_a(dy, x, w, {});
-            if (gradient_needed(1)) g[1] = kernels::matmul(as_rows(x), as_rows(dy), {.transpose_a = true});
+            if (gradient_needed(1))
+                g[1] = kernels::matmul(detail::as_rows(x), detail::as_rows(dy), {.transpose_a = true});
             if (bias_shape && gradient_needed(2)) g[2] = kernels::sum_to_shape(dy, *bias_shape);
             return g;
         });

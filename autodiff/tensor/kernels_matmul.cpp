@@ -143,14 +143,15 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, out_dtype);
     if (out.size() == 0) return out;
 
-    const bool bf16 = a.dtype() == Dtype::bfloat16 && b.dtype() == Dtype::bfloat16 && out_dtype == Dtype::bfloat16 &&
-                      options.alpha == 1.0f;
-    if (options.backend == MatmulBackend::onednn && !(bf16 && detail::onednn_bf16_available()))
+    const bool bf16_only = a.dtype() == Dtype::bfloat16 && b.dtype() == Dtype::bfloat16 &&
+                           out_dtype == Dtype::bfloat16 && options.alpha == 1.0f;
+    if (options.backend == MatmulBackend::onednn && !(bf16_only && detail::onednn_bf16_available()))
         throw std::invalid_argument(
             "matmul: the onednn backend needs bfloat16 operands and result, alpha 1, and the avx512_bf16 "
             "instruction-set level or above");
-    const bool use_onednn = bf16 && (options.backend == MatmulBackend::onednn ||
-                                     (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
+    const bool use_onednn =
+        bf16_only && (options.backend == MatmulBackend::onednn ||
+                      (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
 
     if (use_onednn && s.k != 0) { // oneDNN adds the bias and rounds (see the header)
         detail::onednn_matmul_bf16(s, a.raw(), b.raw(), out.raw(), true, bias != nullptr ? bias->raw() : nullptr);

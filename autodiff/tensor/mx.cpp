@@ -76,7 +76,15 @@ float dequantize_one(std::uint8_t p, std::uint8_t scale) {
     return std::bit_cast<float>(times_pow2(bits, int(scale) - 127)); // exact: ≤ 4 significant bits, ≥ 2^-143
 }
 
-std::size_t blocks_per_row(std::size_t cols) { return (cols + mx_block_size - 1) / mx_block_size; }
+/// Calls f(at, n, block) for every block of a (rows, cols) array: its first value, its length, and its
+/// scale's position in the (rows, ceil(cols / 32)) scales.
+template <class F>
+void for_each_block(std::size_t rows, std::size_t cols, F f) {
+    std::size_t block = 0;
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; c += mx_block_size)
+            f(r * cols + c, std::min(mx_block_size, cols - c), block++);
+}
 
 /// Calls f(S{}) with the format spec of an MX element dtype.
 template <class F>
@@ -117,12 +125,10 @@ void mx_quantize(const float* src, std::size_t rows, std::size_t cols, Dtype ele
                  std::uint8_t* elements) {
     with_element(element, [&]<class S>(S) {
         check_buffers(rows, cols, {src, scales, elements});
-        for (std::size_t r = 0; r < rows; ++r)
-            for (std::size_t b = 0, c = 0; c < cols; ++b, c += mx_block_size) {
-                const std::size_t at = r * cols + c, n = std::min(mx_block_size, cols - c);
-                const std::uint8_t scale = scales[r * blocks_per_row(cols) + b] = shared_scale<S>(src + at, n);
-                for (std::size_t i = 0; i < n; ++i) elements[at + i] = quantize_one<S>(src[at + i], scale);
-            }
+        for_each_block(rows, cols, [&](std::size_t at, std::size_t n, std::size_t block) {
+            const std::uint8_t scale = scales[block] = shared_scale<S>(src + at, n);
+            for (std::size_t i = 0; i < n; ++i) elements[at + i] = quantize_one<S>(src[at + i], scale);
+        });
     });
 }
 
@@ -130,23 +136,20 @@ void mx_dequantize(const std::uint8_t* scales, const std::uint8_t* elements, std
                    Dtype element, float* dst) {
     with_element(element, [&]<class S>(S) {
         check_buffers(rows, cols, {scales, elements, dst});
-        for (std::size_t r = 0; r < rows; ++r)
-            for (std::size_t c = 0; c < cols; ++c)
-                dst[r * cols + c] =
-                    dequantize_one<S>(elements[r * cols + c], scales[r * blocks_per_row(cols) + c / mx_block_size]);
+        for_each_block(rows, cols, [&](std::size_t at, std::size_t n, std::size_t block) {
+            for (std::size_t i = 0; i < n; ++i) dst[at + i] = dequantize_one<S>(elements[at + i], scales[block]);
+        });
     });
 }
 
 void mx_round(const float* src, std::size_t rows, std::size_t cols, Dtype element, float* dst) {
     with_element(element, [&]<class S>(S) {
         check_buffers(rows, cols, {src, dst});
-        for (std::size_t r = 0; r < rows; ++r)
-            for (std::size_t c = 0; c < cols; c += mx_block_size) {
-                const std::size_t at = r * cols + c, n = std::min(mx_block_size, cols - c);
-                const std::uint8_t scale = shared_scale<S>(src + at, n);
-                for (std::size_t i = 0; i < n; ++i)
-                    dst[at + i] = dequantize_one<S>(quantize_one<S>(src[at + i], scale), scale);
-            }
+        for_each_block(rows, cols, [&](std::size_t at, std::size_t n, std::size_t) {
+            const std::uint8_t scale = shared_scale<S>(src + at, n);
+            for (std::size_t i = 0; i < n; ++i)
+                dst[at + i] = dequantize_one<S>(quantize_one<S>(src[at + i], scale), scale);
+        });
     });
 }
 
