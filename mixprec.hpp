@@ -9,6 +9,7 @@
 #include <mixprec/autodiff/ops_fp8.hpp>
 #include <mixprec/autodiff/ops_loss.hpp>
 #include <mixprec/autodiff/ops_matmul.hpp>
+#include <mixprec/autodiff/ops_mx.hpp>
 #include <mixprec/autodiff/ops_nn.hpp>
 #include <mixprec/autodiff/ops_pool.hpp>
 #include <mixprec/autodiff/ops_reduce.hpp>
@@ -23,6 +24,7 @@
 #include <mixprec/autodiff/tensor/isa.hpp>
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
+#include <mixprec/autodiff/tensor/kernels_mx.hpp>
 #include <mixprec/autodiff/tensor/kernels_quantize.hpp>
 #include <mixprec/autodiff/tensor/mx.hpp>
 #include <mixprec/autodiff/tensor/rng.hpp>

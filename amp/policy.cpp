@@ -9,11 +9,12 @@ namespace {
 
 using autodiff::Dtype;
 
-constexpr std::array<std::pair<std::string_view, Dtype>, 5> policies{{{"float32", Dtype::float32},
+constexpr std::array<std::pair<std::string_view, Dtype>, 6> policies{{{"float32", Dtype::float32},
                                                                       {"mixed_float16", Dtype::float16},
                                                                       {"mixed_bfloat16", Dtype::bfloat16},
                                                                       {"mixed_cbfloat16", Dtype::cbfloat16},
-                                                                      {"mixed_float8", Dtype::bfloat16}}};
+                                                                      {"mixed_float8", Dtype::bfloat16},
+                                                                      {"mixed_mxfp8", Dtype::bfloat16}}};
 
 Policy& current() {
     thread_local Policy policy("float32");
@@ -37,6 +38,8 @@ Policy::Policy(std::string_view name) {
 bool Policy::needs_loss_scaling() const { return compute_ == Dtype::float16 || compute_ == Dtype::cbfloat16; }
 
 bool Policy::fp8_products() const { return name_ == "mixed_float8"; }
+
+bool Policy::mx_products() const { return name_ == "mixed_mxfp8"; }
 
 const Policy& global_policy() { return current(); }
 

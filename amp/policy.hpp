@@ -11,6 +11,10 @@
 ///                      and kernels in float8_e4m3, gradients in float8_e5m2, each with its own scale
 ///                      (the "hybrid" recipe; use a LossScaleOptimizer made with Fp8ScalingOptions,
 ///                      whose scales a training step hands to the layers: amp/fp8_scaling.hpp)
+///   "mixed_mxfp8"      compute bfloat16,  variables float32, and Dense layers' products in MXFP8: every
+///                      operand in blocks of 32 along the summed axis, each block with its own power-of-two
+///                      scale (OCP MX v1.0; e4m3 forward, e5m2 backward: autodiff/ops_mx.hpp). Needs no
+///                      scaling state and no loss scaling, and evaluates in MXFP8 too.
 
 #include <mixprec/autodiff/tensor/dtype.hpp>
 
@@ -33,6 +37,9 @@ class Policy {
     /// True for mixed_float8: Dense layers multiply in FP8 (autodiff::dense_fp8) when a training step
     /// gives them scales, except the layers set_fp8(false) exempts.
     bool fp8_products() const;
+    /// True for mixed_mxfp8: Dense layers multiply MXFP8 operands (autodiff::dense_mxfp8), in training and
+    /// evaluation, except the layers set_fp8(false) exempts.
+    bool mx_products() const;
 
     friend bool operator==(const Policy& a, const Policy& b) { return a.name_ == b.name_; }
 

@@ -13,6 +13,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/kernels_elementwise.cpp
   autodiff/tensor/kernels_matmul.cpp
   autodiff/tensor/kernels_quantize.cpp
+  autodiff/tensor/kernels_mx.cpp
   autodiff/tensor/matmul_onednn.cpp
   autodiff/tensor/core_share.cpp
   autodiff/tape.cpp
@@ -20,6 +21,7 @@ target_sources(mixprec PRIVATE
   autodiff/ops_elementwise.cpp
   autodiff/ops_matmul.cpp
   autodiff/ops_fp8.cpp
+  autodiff/ops_mx.cpp
   autodiff/ops_shape.cpp
   autodiff/ops_reduce.cpp
   autodiff/ops_softmax.cpp

@@ -3,7 +3,8 @@
 # Fashion-MNIST: at every level this CPU has (MIXPREC_ISA=portable, avx2, ...) and at native, a run with the
 # same flags and --threads ends with the same digest in float32, mixed_float16 and mixed_cbfloat16 (mlp with
 # an injected overflow; cnn and vit in mixed_float16). mixed_bfloat16 products run on sgemm below
-# avx512_bf16 and on oneDNN from there up, so its digest is the same among the levels below avx512_bf16.
+# avx512_bf16 and on oneDNN from there up, so its digest is the same among the levels below avx512_bf16; so
+# are mixed_float8's and mixed_mxfp8's, whose first and last layers multiply in bfloat16.
 #
 #   tests/isa_reproducibility.sh TRAINER ISA_LEVELS WORKDIR
 # Exits 77 (skipped) when Fashion-MNIST is not installed, unless MIXPREC_REQUIRE_DATA is set.
@@ -52,4 +53,6 @@ done
 below=()
 for level in $levels; do [ "$level" != avx512_bf16 ] && below+=("$level"); done
 same "mlp mixed_bfloat16 24" "${below[@]}"
+same "mlp mixed_float8 24" "${below[@]}"
+same "mlp mixed_mxfp8 24" "${below[@]}"
 echo "isa_reproducibility: the same weights at every level"

@@ -74,6 +74,25 @@ void check_product(const Tensor& c, const std::vector<float>& a, const std::vect
         }
 }
 
+/// Checks that `product` (dense_fp8 or dense_mxfp8 on x, w, b) gives dense's y and the gradients of Σ y·c
+/// with respect to x, w and b, bit for bit.
+template <class Product>
+void check_equals_dense(Product product, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& c) {
+    std::vector<Tensor> want, got;
+    for (const bool narrow : {false, true}) {
+        GradientTape tape;
+        tape.watch(x);
+        tape.watch(w);
+        tape.watch(b);
+        const Tensor y = narrow ? product(x, w, b) : dense(x, w, b);
+        std::vector<Tensor> g = tape.gradient(y * c, {x, w, b});
+        g.insert(g.begin(), y);
+        (narrow ? got : want) = g;
+    }
+    for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_TEST(got[i].to_floats() == want[i].to_floats(), boost::test_tools::per_element());
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(amax_is_the_largest_finite_magnitude) {
@@ -148,19 +167,8 @@ BOOST_AUTO_TEST_CASE(exact_operands_give_dense_bit_for_bit) {
     const Tensor c = integers(Shape{4, 3, 5}, 3, 7); // dy
     const Fp8DenseCasts casts{fixed(Dtype::float8_e4m3, 4.0f), fixed(Dtype::float8_e4m3, 8.0f),
                               fixed(Dtype::float8_e5m2, 0.25f)};
-    std::vector<Tensor> want, got;
-    for (const bool fp8 : {false, true}) {
-        GradientTape tape;
-        tape.watch(x);
-        tape.watch(w);
-        tape.watch(b);
-        const Tensor y = fp8 ? dense_fp8(x, w, b, casts) : dense(x, w, b);
-        std::vector<Tensor> g = tape.gradient(y * c, {x, w, b});
-        g.insert(g.begin(), y);
-        (fp8 ? got : want) = g;
-    }
-    for (std::size_t i = 0; i < want.size(); ++i)
-        BOOST_TEST(got[i].to_floats() == want[i].to_floats(), boost::test_tools::per_element());
+    check_equals_dense(
+        [&](const Tensor& x_, const Tensor& w_, const Tensor& b_) { return dense_fp8(x_, w_, b_, casts); }, x, w, b, c);
 }
 
 // Random operands with current scaling: each result is the product of the quantized operands, summed
@@ -234,4 +242,107 @@ BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
                            fixed(Dtype::float8_e5m2, 1.0f)};
     BOOST_CHECK_EXCEPTION(dense_fp8(x, Tensor(Shape{3}), std::nullopt, ok), shape_error, message_has("(3)"));
     BOOST_CHECK_EXCEPTION(dense_fp8(x, Tensor(Shape{4, 4}), std::nullopt, ok), shape_error, message_has("(2, 3)"));
+}
+
+// ---- MXFP8 products (dense_mxfp8) ----
+
+namespace {
+
+/// t (rows, cols) as floats, transposed: (cols, rows).
+std::vector<float> transposed(const std::vector<float>& t, std::size_t rows, std::size_t cols) {
+    std::vector<float> out(t.size());
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) out[c * rows + r] = t[r * cols + c];
+    return out;
+}
+
+/// The raw MX rounding (mx.hpp, tested exhaustively in test_mx) of (rows, cols) floats along their rows.
+std::vector<float> mx_rows(std::vector<float> t, std::size_t rows, std::size_t cols, Dtype element) {
+    mx_round(t.data(), rows, cols, element, t.data());
+    return t;
+}
+
+} // namespace
+
+// The tensor kernels round along the last axis, or down the columns, exactly as the raw rounding does
+// row by row (on the transpose, for columns): in any dtype, with ragged last blocks, split over threads.
+BOOST_AUTO_TEST_CASE(mx_round_kernels_follow_the_raw_rounding) {
+    const std::size_t rows = 301, cols = 70;
+    for (const Dtype dtype : {Dtype::float32, Dtype::bfloat16})
+        for (const Dtype element : {Dtype::float8_e4m3, Dtype::float8_e5m2}) {
+            const Tensor x = random_tensor(Shape{rows, cols}, 3.0f, 20, dtype);
+            const std::vector<float> v = x.to_floats();
+            const Tensor r = kernels::mx_round(x.reshape(Shape{7, 43, cols}), element);
+            BOOST_TEST(r.dtype() == Dtype::float32);
+            BOOST_TEST((r.shape() == Shape{7, 43, cols}));
+            BOOST_TEST(r.to_floats() == mx_rows(v, rows, cols, element), boost::test_tools::per_element());
+            const Tensor t = kernels::mx_round_columns(x, element);
+            BOOST_TEST((t.shape() == Shape{rows, cols}));
+            BOOST_TEST(transposed(t.to_floats(), rows, cols) == mx_rows(transposed(v, rows, cols), cols, rows, element),
+                       boost::test_tools::per_element());
+            if (dtype == Dtype::float32) BOOST_TEST(x.to_floats() == v); // the input is left alone
+        }
+    BOOST_CHECK_THROW(kernels::mx_round(Tensor(Shape{2, 3}), Dtype::bfloat16), std::invalid_argument);
+    BOOST_CHECK_THROW(kernels::mx_round_columns(Tensor(Shape{2, 3}), Dtype::float16), std::invalid_argument);
+    BOOST_CHECK_THROW(kernels::mx_round_columns(Tensor(Shape{2, 3, 4}), Dtype::float8_e4m3), shape_error);
+    BOOST_TEST(kernels::mx_round(Tensor(Shape{0, 5}), Dtype::float8_e4m3).size() == 0u);
+}
+
+// Integers in [-8, 8] are exact in MX blocks of either element format (every block's amax a is 1..8, so
+// each value v becomes v · 2^(emax − ⌊log2 a⌋) ≤ 1.75 · 2^emax with at most 3 significant bits), so the
+// MX products and their gradients equal dense's bit for bit: the roundings pass gradients straight through.
+BOOST_AUTO_TEST_CASE(mx_exact_operands_give_dense_bit_for_bit) {
+    const auto integers = [](const Shape& shape, unsigned seed) {
+        std::mt19937 gen(seed);
+        std::uniform_int_distribution<int> dist(-8, 8);
+        std::vector<float> v(shape.elements());
+        for (float& x : v) x = float(dist(gen));
+        return Tensor::from_floats(shape, v);
+    };
+    const Tensor x = integers(Shape{4, 9, 70}, 21), w = integers(Shape{70, 37}, 22), b = integers(Shape{37}, 23);
+    const Tensor c = integers(Shape{4, 9, 37}, 24); // dy
+    check_equals_dense([](const Tensor& x_, const Tensor& w_, const Tensor& b_) { return dense_mxfp8(x_, w_, b_); }, x,
+                       w, b, c);
+}
+
+// Random operands: y, dx and dw are products of the operands rounded in MX blocks along the summed axis
+// (x and w along `in`, dy and w along `out`, x and dy along the batch), summed in float32 and rounded once.
+BOOST_AUTO_TEST_CASE(mx_forward_and_backward_round_along_the_summed_axis) {
+    const std::size_t batch = 40, in = 70, out = 33;
+    for (const Dtype dtype : {Dtype::float32, Dtype::bfloat16}) {
+        const Tensor x = random_tensor(Shape{batch, in}, 3.0f, 25, dtype);
+        const Tensor w = random_tensor(Shape{in, out}, 0.2f, 26, dtype);
+        const Tensor dy = random_tensor(Shape{batch, out}, 1e-3f, 27, dtype);
+        GradientTape tape;
+        tape.watch(x);
+        tape.watch(w);
+        const Tensor y = dense_mxfp8(x, w, std::nullopt);
+        const std::vector<Tensor> g = tape.gradient(y * dy, {x, w});
+        BOOST_TEST(y.dtype() == dtype);
+        BOOST_TEST(g[0].dtype() == dtype);
+        BOOST_TEST(g[1].dtype() == dtype);
+        const std::vector<float> xs = x.to_floats(), ws = w.to_floats(), gs = dy.to_floats();
+        const Dtype e4m3 = Dtype::float8_e4m3, e5m2 = Dtype::float8_e5m2;
+        // y = mx(x, in) · mx(w, in): the second operand stored (out, in).
+        check_product(y, mx_rows(xs, batch, in, e4m3), mx_rows(transposed(ws, in, out), out, in, e4m3), batch, in, out,
+                      true, 1.0);
+        // dx = mx(dy, out) · mx(w, out)ᵀ: w's rows are (in, out).
+        check_product(g[0], mx_rows(gs, batch, out, e5m2), mx_rows(ws, in, out, e4m3), batch, out, in, true, 1.0);
+        // dw = mx(x, batch)ᵀ · mx(dy, batch): both stored transposed, blocks along the batch.
+        check_product(g[1], mx_rows(transposed(xs, batch, in), in, batch, e4m3),
+                      mx_rows(transposed(gs, batch, out), out, batch, e5m2), in, batch, out, true, 1.0);
+    }
+}
+
+// Per-block scales keep a gradient far below e5m2's range (2^-16 and less), which an unscaled cast loses.
+BOOST_AUTO_TEST_CASE(mx_blocks_keep_small_gradients) {
+    const Tensor x = random_tensor(Shape{64, 32}, 1.0f, 28), w = random_tensor(Shape{32, 4}, 1.0f, 29);
+    const Tensor dy = random_tensor(Shape{64, 4}, 1e-12f, 30);
+    GradientTape tape;
+    tape.watch(w);
+    const Tensor dw = tape.gradient(dense_mxfp8(x, w, std::nullopt) * dy, {w})[0];
+    for (float v : dw.to_floats()) BOOST_TEST(v != 0.0f);
+    BOOST_CHECK_EXCEPTION(dense_mxfp8(x, Tensor(Shape{32}), std::nullopt), shape_error,
+                          [](const shape_error& e) { return std::string(e.what()).find("(32)") != std::string::npos; });
+    BOOST_CHECK_THROW(dense_mxfp8(x, w, std::nullopt, {.input = Dtype::bfloat16}), std::invalid_argument);
 }

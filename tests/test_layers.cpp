@@ -306,6 +306,30 @@ BOOST_AUTO_TEST_CASE(dense_multiplies_in_fp8_under_mixed_float8) {
     BOOST_TEST(scaling.tensors().count("dense/input") == 1u);
 }
 
+// Under mixed_mxfp8, a model's middle Dense multiplies MXFP8 operands in training and evaluation alike (no
+// scales to hand over); the first and last stay in bfloat16, and set_fp8(false) exempts any layer.
+BOOST_AUTO_TEST_CASE(dense_multiplies_in_mx_under_mixed_mxfp8) {
+    amp::Policy mx("mixed_mxfp8");
+    BOOST_TEST(mx.mx_products());
+    BOOST_TEST(!mx.fp8_products());
+    BOOST_TEST((mx.compute_dtype() == Dtype::bfloat16));
+    BOOST_TEST(!mx.needs_loss_scaling());
+    Sequential model{Dense(40, "relu"), Dense(8, "relu"), Dense(3)};
+    for (const auto& l : model.layers()) l->set_policy(mx);
+    model.build(Shape{5}, 7);
+    auto& first = dynamic_cast<Dense&>(model.layer("dense"));
+    auto& middle = dynamic_cast<Dense&>(model.layer("dense_1"));
+    const Tensor x = cast(random(Shape{4, 5}, -1.0f, 1.0f, 8), Dtype::bfloat16);
+    const std::vector<Variable> f = first.variables(), v = middle.variables();
+    const Tensor h = first(x);
+    BOOST_TEST(same_bits(h, relu(dense(x, f[0].read(), f[1].read()))));
+    const Tensor want = relu(dense_mxfp8(h, v[0].read(), v[1].read()));
+    BOOST_TEST(same_bits(middle(h), want));
+    BOOST_TEST(!same_bits(relu(dense(h, v[0].read(), v[1].read())), want));
+    middle.set_fp8(false);
+    BOOST_TEST(same_bits(middle(h), relu(dense(h, v[0].read(), v[1].read()))));
+}
+
 // ---- Conv2D and pooling ----
 
 BOOST_AUTO_TEST_CASE(conv2d_matches_direct_loops) {

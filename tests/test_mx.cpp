@@ -199,6 +199,33 @@ const std::vector<float>& top16_sweep() {
     return values;
 }
 
+/// mx_round_columns of t (rows, cols), out of place and in place, against the reference on t's transpose.
+void check_columns(const std::string& what, const std::vector<float>& t, std::size_t rows, std::size_t cols,
+                   const ref_format& f) {
+    std::vector<float> tt(t.size());
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) tt[c * rows + r] = t[r * cols + c];
+    const mx_data want = ref_quantize(tt, cols, rows, f);
+    std::vector<float> got(t.size()), in_place(t);
+    mx_round_columns(t.data(), rows, cols, f.dtype, got.data());
+    mx_round_columns(in_place.data(), rows, cols, f.dtype, in_place.data());
+    mismatches bad{what + " [" + std::string(name_of(f.dtype)) + "]"};
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) {
+            const std::size_t i = r * cols + c;
+            bad.check("value", i, fbits(t[i]), fbits(got[i]), fbits(want.values[c * rows + r]));
+            bad.check("in place", i, fbits(t[i]), fbits(in_place[i]), fbits(got[i]));
+        }
+}
+
+/// (rows, cols) row-major values transposed.
+std::vector<float> transpose(const std::vector<float>& t, std::size_t rows, std::size_t cols) {
+    std::vector<float> out(t.size());
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) out[c * rows + r] = t[r * cols + c];
+    return out;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(reference_formats_match_their_definitions) {
@@ -353,6 +380,31 @@ BOOST_AUTO_TEST_CASE(ragged_rows) {
             }
 }
 
+// Blocks down the columns: each column of the sweep's transpose is one block with a chosen amax (over a
+// thousand columns, so the columns are split into runs); ragged column heights and widths; inf and NaN.
+BOOST_AUTO_TEST_CASE(columns_against_the_reference) {
+    for (const ref_format* f : formats()) {
+        for (float amax : {0x1p-127f, 0x1p-110f, 1.0f, 448.0f, 0x1.fffffep15f}) {
+            std::size_t rows = 0;
+            const std::vector<float> blocks = blocks_with_amax(top16_sweep(), amax, rows);
+            std::ostringstream what;
+            what << "columns of the top16 sweep, amax " << std::hexfloat << amax;
+            check_columns(what.str(), transpose(blocks, rows, 32), 32, rows, *f);
+        }
+        std::mt19937 rng(5);
+        for (std::size_t rows : {1, 31, 32, 33, 65, 100})
+            for (std::size_t cols : {1, 7, 1030}) {
+                std::vector<float> src(rows * cols);
+                for (float& x : src) {
+                    x = from_bits(rng() & 0xbfffffffu);
+                    if (rng() % 4 == 0) x = std::ldexp(x, int(rng() % 120));
+                }
+                if (rows > 40) src[37 * cols + cols / 2] = rng() % 2 ? NAN : -INFINITY;
+                check_columns("ragged " + std::to_string(rows) + "x" + std::to_string(cols), src, rows, cols, *f);
+            }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(rows_are_independent) {
     for (const ref_format* f : formats()) {
         std::vector<float> big(33), small(33);
@@ -398,19 +450,28 @@ BOOST_AUTO_TEST_CASE(in_place_round) {
 
 #if defined(__x86_64__) || defined(_M_X64)
 BOOST_AUTO_TEST_CASE(same_bits_with_flush_to_zero_and_denormals_are_zero) {
-    std::vector<float> values;
+    // Float32 subnormals in blocks whose amax 2^-126 .. 2^-88 gives scales from clamped (bits 0) to well
+    // inside the range: on both sides of the scales mx_round computes with float32 products.
+    std::vector<float> values, src;
     for (std::uint32_t m = 1; m < 0x800000u; m += 997) values.push_back(from_bits(m));
     std::size_t rows = 0;
-    const std::vector<float> src = blocks_with_amax(values, 0x1p-120f, rows);
+    for (int e = -126; e <= -88; ++e) {
+        const std::vector<float> some = blocks_with_amax(values, std::ldexp(1.0f, e), rows);
+        src.insert(src.end(), some.begin(), some.end());
+    }
+    rows = src.size() / 32;
     std::vector<std::uint8_t> scales(256 * 8), elements(256 * 256);
     for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = std::uint8_t(i / 8);
     for (std::size_t i = 0; i < elements.size(); ++i) elements[i] = std::uint8_t(i % 256);
     for (const ref_format* f : formats()) {
+        const std::vector<float> columns = transpose(src, rows, 32);
         const auto run = [&] {
             mx_data q = lib_quantize(src, rows, 32, f->dtype);
-            std::vector<float> all(256 * 256);
+            std::vector<float> all(256 * 256), down(columns.size());
             mx_dequantize(scales.data(), elements.data(), 256, 256, f->dtype, all.data());
+            mx_round_columns(columns.data(), 32, rows, f->dtype, down.data());
             q.values.insert(q.values.end(), all.begin(), all.end());
+            q.values.insert(q.values.end(), down.begin(), down.end());
             return q;
         };
         const mx_data plain = run();

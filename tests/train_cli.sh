@@ -206,22 +206,26 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 1 "adam" -- --optimizer sgd --resume "$work/mlp.ckpt" --max-steps 3 --quiet
     expect 1 "mixed_float16" -- --precision float32 --resume "$work/mlp.ckpt" --max-steps 3 --quiet
     expect 2 "both set the weights" -- --initial-weights "$work/mlp.ckpt" --resume "$work/mlp.ckpt"
-    # mixed_float8 with delayed scaling: 6 steps straight, and 3 then --resume for 3 more, end with the same
-    # weights (the amax histories and scales travel in the checkpoint).
-    fp8=(--precision mixed_float8 --threads 1 --quiet)
-    "$trainer" "${fp8[@]}" --max-steps 6 >"$work/fp8-straight" 2>&1 &&
-        "$trainer" "${fp8[@]}" --max-steps 3 --checkpoint "$work/fp8.ckpt" >/dev/null 2>&1 &&
-        "$trainer" "${fp8[@]}" --max-steps 6 --checkpoint "$work/fp8.ckpt" --resume "$work/fp8.ckpt" \
-            >"$work/fp8-resumed" 2>&1 || { echo "FAILED: the mixed_float8 runs"; failures=$((failures + 1)); }
-    straight=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/fp8-straight")
-    resumed=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/fp8-resumed")
-    if [ -n "$straight" ] && [ "$straight" = "$resumed" ]; then
-        echo "ok: mixed_float8 resumes exactly ($straight)"
-    else
-        echo "FAILED: mixed_float8 straight $straight, resumed $resumed"; failures=$((failures + 1))
-    fi
+    # 6 steps straight, and 3 then --resume for 3 more, end with the same weights: for mixed_float8 with
+    # delayed scaling (the amax histories and scales travel in the checkpoint), and for mixed_mxfp8.
+    for precision in mixed_float8 mixed_mxfp8; do
+        run=(--precision "$precision" --threads 1 --quiet)
+        "$trainer" "${run[@]}" --max-steps 6 >"$work/$precision-straight" 2>&1 &&
+            "$trainer" "${run[@]}" --max-steps 3 --checkpoint "$work/$precision.ckpt" >/dev/null 2>&1 &&
+            "$trainer" "${run[@]}" --max-steps 6 --checkpoint "$work/$precision.ckpt" \
+                --resume "$work/$precision.ckpt" >"$work/$precision-resumed" 2>&1 ||
+            { echo "FAILED: the $precision runs"; failures=$((failures + 1)); }
+        straight=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/$precision-straight")
+        resumed=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/$precision-resumed")
+        if [ -n "$straight" ] && [ "$straight" = "$resumed" ]; then
+            echo "ok: $precision resumes exactly ($straight)"
+        else
+            echo "FAILED: $precision straight $straight, resumed $resumed"; failures=$((failures + 1))
+        fi
+    done
+    expect 1 "mixed_float8" -- --precision mixed_mxfp8 --max-steps 4 --quiet --resume "$work/mixed_float8.ckpt"
     expect 1 "FP8 scaling (delayed recipe) differs" -- --precision mixed_float8 --max-steps 4 --quiet \
-        --resume "$work/fp8.ckpt" --fp8-recipe current
+        --resume "$work/mixed_float8.ckpt" --fp8-recipe current
     expect 1 "safetensors file" -- --initial-weights "$work/mlp.ckpt" --epochs 0 --quiet
     "$trainer" --max-steps 1 --quiet --export-weights "$work/mlp.safetensors" >/dev/null 2>&1 || {
         echo "FAILED: a 1-step run to export weights"; failures=$((failures + 1)); }

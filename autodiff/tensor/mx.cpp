@@ -1,8 +1,10 @@
 #include <mixprec/autodiff/tensor/mx.hpp>
 
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/format.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <initializer_list>
 #include <stdexcept>
@@ -48,13 +50,22 @@ int exponent_of(std::uint32_t a) {
 template <class S>
 constexpr int emax_elem = static_cast<int>(S::max_code >> S::man_bits) - S::bias;
 
+/// The scale bits of a block whose largest magnitude has the float32 bits `amax` (inf and NaN bits order
+/// above every finite magnitude, so a block holding one has amax ≥ inf_bits).
 template <class S>
-std::uint8_t shared_scale(const float* v, std::size_t n) {
-    std::uint32_t amax = 0;
-    for (std::size_t i = 0; i < n; ++i) amax = std::max(amax, std::bit_cast<std::uint32_t>(v[i]) & ~sign_bit);
+std::uint8_t scale_of_amax(std::uint32_t amax) {
     if (amax >= inf_bits) return nan_scale;
     const int e = amax == 0 ? -126 : exponent_of(amax);
     return static_cast<std::uint8_t>(std::max(e - emax_elem<S>, -127) + 127);
+}
+
+std::uint32_t magnitude_bits(float v) { return std::bit_cast<std::uint32_t>(v) & ~sign_bit; }
+
+template <class S>
+std::uint8_t shared_scale(const float* v, std::size_t n) {
+    std::uint32_t amax = 0;
+    for (std::size_t i = 0; i < n; ++i) amax = std::max(amax, magnitude_bits(v[i]));
+    return scale_of_amax<S>(amax);
 }
 
 template <class S>
@@ -108,6 +119,104 @@ void check_buffers(std::size_t rows, std::size_t cols, std::initializer_list<con
                                         " values");
 }
 
+/// Scale bits for which a block is rounded with float32 arithmetic (round_element, in vector loops):
+/// V · 2^(127 - bits) and decode(P) · 2^(bits - 127) are then products by normal powers of two,
+/// exact but for a product below 2^-126, which is ≤ 2^-17 in magnitude and rounds to ±0 in both element
+/// formats whether it is kept, rounded to a subnormal or flushed (MXCSR's FTZ); a float32 subnormal V,
+/// which DAZ would read as 0, is then below 2^-126 · 2^109 = 2^-17 after scaling and rounds to ±0 either
+/// way. Other blocks (scales below 2^-109, the top scale, NaN) take the integer path.
+constexpr std::uint8_t fast_scale_min = 18, fast_scale_max = 253;
+
+/// Values (of a row) or columns (of a band) rounded per pass through the scratch arrays.
+constexpr std::size_t run = 1024;
+
+bool fast(std::uint8_t scale) { return scale >= fast_scale_min && scale <= fast_scale_max; }
+
+/// 2^(127 - bits), the factor that divides a block by its scale (1 for blocks off the fast path).
+float inverse_of(std::uint8_t scale) {
+    return std::bit_cast<float>(std::uint32_t(fast(scale) ? 254 - scale : 127) << 23);
+}
+
+/// X = 2^(bits - 127) for a fast scale.
+float value_of(std::uint8_t scale) { return std::bit_cast<float>(std::uint32_t(scale) << 23); }
+
+/// 2^k for a normal float32 power of two.
+constexpr float pow2(int k) { return std::bit_cast<float>(std::uint32_t(k + 127) << 23); }
+
+/// The element value nearest x (ties to even, saturating), as a float32, for finite |x| < 2^(emax + 1):
+/// the arithmetic of a block on the fast path, with no conversion to and from FP8 bytes. A normal element
+/// keeps man_bits of x's mantissa, rounded by integer arithmetic on its bits (a carry moves into the
+/// exponent, as it should); a subnormal one is a multiple of q = 2^(emin - man_bits), which the float32
+/// sum |x| + 2^(23) q rounds |x| to (spacing q there). Results are 0 or at least q ≥ 2^-16: normal float32
+/// values, whatever MXCSR's flush modes.
+template <class S>
+float round_element(float x) {
+    constexpr int drop = 23 - S::man_bits, emin = 1 - S::bias;
+    constexpr float smallest_normal = pow2(emin), subnormal_shift = pow2(23 + emin - S::man_bits);
+    const float largest = decode<S>(static_cast<std::uint8_t>(S::max_code));
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(x), sign = bits & sign_bit, a = bits & ~sign_bit;
+    const std::uint32_t normal = (a + ((1u << (drop - 1)) - 1) + ((a >> drop) & 1u)) & ~((1u << drop) - 1);
+    const float magnitude = std::bit_cast<float>(a);
+    const float subnormal = (magnitude + subnormal_shift) - subnormal_shift;
+    const float rounded = std::min(magnitude < smallest_normal ? subnormal : std::bit_cast<float>(normal), largest);
+    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(rounded) | sign);
+}
+
+/// mx_round of n ≤ `run` values of one row starting at a block boundary. dst may equal src.
+template <class S>
+void round_run(const float* src, std::size_t n, float* dst) {
+    std::array<float, run> scaled;
+    std::array<std::uint8_t, run / mx_block_size> scale;
+    for (std::size_t b = 0, at = 0; at < n; ++b, at += mx_block_size) {
+        const std::size_t m = std::min(mx_block_size, n - at);
+        scale[b] = shared_scale<S>(src + at, m);
+        const float inverse = inverse_of(scale[b]);
+        for (std::size_t i = 0; i < m; ++i) scaled[at + i] = src[at + i] * inverse;
+    }
+    for (std::size_t i = 0; i < n; ++i) scaled[i] = round_element<S>(scaled[i]);
+    for (std::size_t b = 0, at = 0; at < n; ++b, at += mx_block_size) {
+        const std::size_t m = std::min(mx_block_size, n - at);
+        if (fast(scale[b])) {
+            const float x = value_of(scale[b]);
+            for (std::size_t i = 0; i < m; ++i) dst[at + i] = scaled[at + i] * x;
+        } else {
+            for (std::size_t i = 0; i < m; ++i)
+                dst[at + i] = dequantize_one<S>(quantize_one<S>(src[at + i], scale[b]), scale[b]);
+        }
+    }
+}
+
+/// mx_round_columns of a band of h ≤ 32 rows (one block down each column) and the n ≤ `run` columns that
+/// start at src and dst, each row `pitch` values long. dst may equal src.
+template <class S>
+void round_band(const float* src, std::size_t h, std::size_t n, std::size_t pitch, float* dst) {
+    std::array<std::uint32_t, run> amax{};
+    std::array<std::uint8_t, run> scale;
+    std::array<float, run> inverse, x, scaled;
+    for (std::size_t r = 0; r < h; ++r)
+        for (std::size_t j = 0; j < n; ++j) amax[j] = std::max(amax[j], magnitude_bits(src[r * pitch + j]));
+    bool all_fast = true;
+    for (std::size_t j = 0; j < n; ++j) {
+        scale[j] = scale_of_amax<S>(amax[j]);
+        inverse[j] = inverse_of(scale[j]);
+        x[j] = fast(scale[j]) ? value_of(scale[j]) : 0.0f;
+        all_fast = all_fast && fast(scale[j]);
+    }
+    for (std::size_t r = 0; r < h; ++r) {
+        const float* in = src + r * pitch;
+        float* out = dst + r * pitch;
+        for (std::size_t j = 0; j < n; ++j) scaled[j] = round_element<S>(in[j] * inverse[j]);
+        if (all_fast) {
+            for (std::size_t j = 0; j < n; ++j) out[j] = scaled[j] * x[j];
+            continue;
+        }
+        for (std::size_t j = 0; j < n; ++j)
+            scaled[j] =
+                fast(scale[j]) ? scaled[j] * x[j] : dequantize_one<S>(quantize_one<S>(in[j], scale[j]), scale[j]);
+        std::copy_n(scaled.data(), n, out);
+    }
+}
+
 } // namespace
 
 float e8m0_value(std::uint8_t bits) {
@@ -145,10 +254,22 @@ void mx_dequantize(const std::uint8_t* scales, const std::uint8_t* elements, std
 void mx_round(const float* src, std::size_t rows, std::size_t cols, Dtype element, float* dst) {
     with_element(element, [&]<class S>(S) {
         check_buffers(rows, cols, {src, dst});
-        for_each_block(rows, cols, [&](std::size_t at, std::size_t n, std::size_t) {
-            const std::uint8_t scale = shared_scale<S>(src + at, n);
-            for (std::size_t i = 0; i < n; ++i)
-                dst[at + i] = dequantize_one<S>(quantize_one<S>(src[at + i], scale), scale);
+        detail::vectorized([&] {
+            for (std::size_t r = 0; r < rows; ++r)
+                for (std::size_t c = 0; c < cols; c += run)
+                    round_run<S>(src + r * cols + c, std::min(run, cols - c), dst + r * cols + c);
+        });
+    });
+}
+
+void mx_round_columns(const float* src, std::size_t rows, std::size_t cols, Dtype element, float* dst) {
+    with_element(element, [&]<class S>(S) {
+        check_buffers(rows, cols, {src, dst});
+        detail::vectorized([&] {
+            for (std::size_t r = 0; r < rows; r += mx_block_size)
+                for (std::size_t c = 0; c < cols; c += run)
+                    round_band<S>(src + r * cols + c, std::min(mx_block_size, rows - r), std::min(run, cols - c), cols,
+                                  dst + r * cols + c);
         });
     });
 }

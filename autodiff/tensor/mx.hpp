@@ -31,9 +31,11 @@
 /// the rule (shared_exp > 127 gives a NaN scale) never arises. Any ±inf or NaN in a block makes its scale
 /// NaN, and its elements are stored as the element format's quiet NaN (0x7F for e4m3, 0x7E for e5m2).
 ///
-/// V_i / X and X * decode(P_i) are computed by integer exponent arithmetic: exact (V_i / X is rounded only
-/// below 2^-126, where both element formats give ±0 anyway), independent of MXCSR's flush-to-zero and
-/// denormals-are-zero modes, and the same on every CPU.
+/// V_i / X and X * decode(P_i) are exact (V_i / X is rounded only below 2^-126, where both element
+/// formats give ±0 anyway), independent of MXCSR's flush-to-zero and denormals-are-zero modes, and the
+/// same on every CPU: mx_quantize and mx_dequantize use integer exponent arithmetic; mx_round and
+/// mx_round_columns multiply by normal powers of two in vector loops where the scale lies in
+/// [2^-109, 2^126] (there neither flush mode can change a result) and use the integer path elsewhere.
 ///
 /// Sources and where they differ:
 ///  - OCP MX v1.0 §6.3 sets X to the largest power of two ≤ amax divided by the largest power of two of the
@@ -89,5 +91,10 @@ void mx_dequantize(const std::uint8_t* scales, const std::uint8_t* elements, std
 /// mx_dequantize(mx_quantize(src)) in one pass: the float32 values (each exact) that a product of MX
 /// operands computes with. dst may equal src.
 void mx_round(const float* src, std::size_t rows, std::size_t cols, Dtype element, float* dst);
+
+/// mx_round with the blocks running down the columns instead: blocks of 32 consecutive rows of a column
+/// (the last block of a column holds the remaining rows % 32), for a product that sums over the rows.
+/// Equal to transposing, mx_round, and transposing back. dst may equal src.
+void mx_round_columns(const float* src, std::size_t rows, std::size_t cols, Dtype element, float* dst);
 
 } // namespace mixprec::autodiff

@@ -189,7 +189,8 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
 
     app.add_option("--model", o.model, "Model to train")->check(CLI::IsMember(model_names))->capture_default_str();
     app.add_option("--precision", o.precision, "Dtype policy")
-        ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16", "mixed_float8"}))
+        ->check(CLI::IsMember(
+            {"float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16", "mixed_float8", "mixed_mxfp8"}))
         ->capture_default_str();
     app.add_option("--optimizer", o.optimizer, "Optimizer")
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}))

@@ -48,8 +48,9 @@ class Dense final : public Layer {
     const std::string& activation() const { return activation_; }
     bool use_bias() const { return use_bias_; }
 
-    /// Under a policy with FP8 products (mixed_float8), whether this layer multiplies in FP8
-    /// (autodiff::dense_fp8) when a training step gives it scales. Unset, it does, except the first and
+    /// Under a policy with FP8 products, whether this layer multiplies in FP8: under mixed_float8 with
+    /// per-tensor scales (autodiff::dense_fp8) when a training step gives it scales, under mixed_mxfp8 in
+    /// MX blocks (autodiff::dense_mxfp8) always. Unset, it does, except the first and
     /// the last Dense among a model's layers (in a Sequential, the first and last called; Model::build
     /// marks them with set_edge), which stay in the compute dtype, as Transformer Engine's and Intel's FP8
     /// recipes keep the first and last layers in higher precision.
