@@ -8,7 +8,11 @@
 // so the ratio of a conversion's rate to the copy's rate at the same size says how close the conversion
 // runs to the memory system's speed. bench/report.py computes that ratio from the JSON output.
 //
-// Names: narrow/<format>/<path>/<elements>, widen/<format>/<path>/<elements>, copy/float32/<elements>.
+// MX block rounding (mx_round, mx_round_columns: float32 -> float32, 4 + 4 = 8 bytes, rows of 512 values)
+// runs next to the same copy; it is what an MXFP8 product adds to each operand.
+//
+// Names: narrow/<format>/<path>/<elements>, widen/<format>/<path>/<elements>, copy/float32/<elements>,
+// mx_round/<element>/<rows|columns>/<elements>.
 
 #include <mixprec/mixprec.hpp>
 
@@ -134,6 +138,20 @@ void bm_widen(benchmark::State& state, Dtype from, Isa path, std::size_t n) {
     state.SetLabel(std::string(name_of(path)));
 }
 
+void bm_mx_round(benchmark::State& state, Dtype element, bool columns, std::size_t n) {
+    auto& d = data_for(n);
+    const auto* src = static_cast<const float*>(d.src.get());
+    auto* dst = static_cast<float*>(d.dst.get());
+    constexpr std::size_t cols = 512;
+    for (auto _ : state) {
+        (columns ? mx_round_columns : mx_round)(src, n / cols, cols, element, dst);
+        benchmark::DoNotOptimize(dst);
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 8));
+    state.SetLabel(columns ? "blocks down the columns" : "blocks along the rows");
+}
+
 template <class F, class... Args>
 void add(const std::string& name, std::size_t n, F fn, Args... args) {
     auto* b = benchmark::RegisterBenchmark(name.c_str(), fn, args..., n);
@@ -158,6 +176,10 @@ int main(int argc, char** argv) {
             add("narrow/" + fmt + "/" + std::string(name_of(best)) + "/" + size, n, bm_narrow, d, best);
             add("widen/" + fmt + "/" + std::string(name_of(best)) + "/" + size, n, bm_widen, d, best);
         }
+        for (Dtype e : {Dtype::float8_e4m3, Dtype::float8_e5m2})
+            for (bool columns : {false, true})
+                add("mx_round/" + std::string(name_of(e)) + (columns ? "/columns/" : "/rows/") + size, n, bm_mx_round,
+                    e, columns);
         if (n == l2_elements && best != Isa::portable) // reference: the plain C++ kernels
             for (Dtype d : {Dtype::float16, Dtype::bfloat16})
                 add("narrow/" + std::string(name_of(d)) + "/portable/" + size, n, bm_narrow, d, Isa::portable);
