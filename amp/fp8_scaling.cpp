@@ -42,6 +42,9 @@ autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
         return autodiff::Fp8Cast{
             format, [this, name = layer + "/" + tensor, format](float amax) { return scale_for(name, format, amax); }};
     };
+    if (!options_.scale_gradients)
+        return {cast("input", options_.forward), cast("kernel", options_.forward),
+                autodiff::Fp8Cast{options_.backward, [](float) { return 1.0f; }, autodiff::Overflow::infinity}};
     return {cast("input", options_.forward), cast("kernel", options_.forward), cast("output_grad", options_.backward)};
 }
 

@@ -52,6 +52,12 @@ struct Fp8ScalingOptions {
     bool power_of_two = false;                              ///< round every scale down to a power of two
     autodiff::Dtype forward = autodiff::Dtype::float8_e4m3; ///< inputs and kernels
     autodiff::Dtype backward = autodiff::Dtype::float8_e5m2; ///< output gradients
+    /// false: output gradients are cast with scale 1, not scaled per tensor, and a dynamic loss scale alone
+    /// places them in e5m2's range, as Mellempudi et al. 2019 train (with LossScaleOptions'
+    /// min_scale_schedule, their enhanced loss scaling). Their casts do not saturate: an overflow becomes
+    /// infinity, so the loss scale sees it, skips the step and backs off. Inputs and kernels are scaled
+    /// (and saturate) either way.
+    bool scale_gradients = true;
     friend bool operator==(const Fp8ScalingOptions&, const Fp8ScalingOptions&) = default;
 };
 

@@ -62,6 +62,7 @@ std::vector<optim::StateValue> Fp8Scaling::values() const {
         {"fp8/power_of_two", std::int64_t{options_.power_of_two}},
         {"fp8/forward", std::int64_t(options_.forward)},
         {"fp8/backward", std::int64_t(options_.backward)},
+        {"fp8/scale_gradients", std::int64_t{options_.scale_gradients}},
         {"fp8/tensors", std::int64_t(tensors_.size())},
     };
     std::size_t i = 0;
@@ -118,6 +119,8 @@ Fp8Scaling Fp8Scaling::from_values(std::span<const optim::StateValue> values) {
     o.power_of_two = integer(field("power_of_two"), 0, 1) != 0;
     o.forward = fp8_format(field("forward"));
     o.backward = fp8_format(field("backward"));
+    if (fields.contains("fp8/scale_gradients")) // absent from states saved before it existed: scaled
+        o.scale_gradients = integer(field("scale_gradients"), 0, 1) != 0;
     const auto count = std::size_t(integer(field("tensors"), 0, std::int64_t(max_tensors)));
     if (!fields.empty()) refuse(fields.begin()->first, "is not a value of FP8 scaling");
 

@@ -41,7 +41,8 @@ LossScaleOptions loss_scale_preset(std::string_view name) {
 }
 
 bool rule_reads(ScaleRule rule, std::string_view option) {
-    static constexpr std::string_view every_rule[] = {"rule", "dynamic", "initial_scale", "growth_interval"};
+    static constexpr std::string_view every_rule[] = {"rule", "dynamic", "initial_scale", "growth_interval",
+                                                      "min_scale_schedule"};
     static constexpr std::string_view fields[] = {"growth_factor",          "backoff_factor",     "hysteresis",
                                                   "consecutive_hysteresis", "min_scale",          "max_scale",
                                                   "at_min_scale",           "overflow_tolerance", "decrease_every"};
@@ -89,8 +90,39 @@ LossScale::LossScale(LossScaleOptions o) : options_(o) {
     if (!(o.overflow_tolerance >= 0 && o.overflow_tolerance < 1))
         bad("overflow_tolerance", "must be in [0, 1), got " + number_text(o.overflow_tolerance));
     if (o.decrease_every < 1) bad("decrease_every", "must be ≥ 1, got " + std::to_string(o.decrease_every));
-    state_.scale = state_.unclamped_scale = o.initial_scale;
+    check_schedule(o);
+    state_.scale = state_.unclamped_scale = std::max(o.initial_scale, floor_at(0));
     state_.hysteresis_left = o.hysteresis;
+}
+
+void LossScale::check_schedule(const LossScaleOptions& o) {
+    const std::vector<MinScaleStep>& schedule = o.min_scale_schedule;
+    if (schedule.empty()) return;
+    if (!o.dynamic) bad("min_scale_schedule", "needs a dynamic scale: a fixed scale never moves");
+    if (schedule.size() > max_min_scale_steps)
+        bad("min_scale_schedule",
+            "has " + std::to_string(schedule.size()) + " entries, more than " + std::to_string(max_min_scale_steps));
+    for (std::size_t i = 0; i < schedule.size(); ++i) {
+        const MinScaleStep& e = schedule[i];
+        const std::string at = "min_scale_schedule[" + std::to_string(i) + "]";
+        if (e.step < 0) bad(at + ".step", "must be ≥ 0, got " + std::to_string(e.step));
+        if (i > 0 && e.step <= schedule[i - 1].step)
+            bad(at + ".step", "must come after the step before (" + std::to_string(schedule[i - 1].step) + "), got " +
+                                  std::to_string(e.step));
+        if (!(std::isfinite(e.scale) && e.scale > 0 && e.scale <= o.max_scale))
+            bad(at + ".scale",
+                "must be finite, > 0 and ≤ max_scale (" + number_text(o.max_scale) + "), got " + number_text(e.scale));
+        if (i > 0 && e.scale < schedule[i - 1].scale)
+            bad(at + ".scale", "must not fall below the step before's (" + number_text(schedule[i - 1].scale) +
+                                   "): the floor rises, got " + number_text(e.scale));
+    }
+}
+
+float LossScale::floor_at(std::int64_t updates) const {
+    float floor = 0.0f;
+    for (const MinScaleStep& e : options_.min_scale_schedule)
+        if (e.step <= updates) floor = e.scale;
+    return floor;
 }
 
 void LossScale::set_state(const LossScaleState& s) {
@@ -106,6 +138,8 @@ void LossScale::update(bool finite) {
         const detail::Rule& rule = detail::scale_rules()[static_cast<std::size_t>(options_.rule)];
         detail::RuleStep step{state_, options_, rule.product};
         rule.step(step, finite);
+        ++state_.updates;
+        state_.scale = std::max(state_.scale, floor_at(state_.updates));
     } catch (...) {
         state_ = before;
         throw;

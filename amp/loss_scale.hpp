@@ -23,7 +23,9 @@
 /// |           | else c += 1                                         | (one factor: backoff_factor must be 1/g)              |
 ///
 /// (s scale, c growth counter, N growth_interval, g growth_factor, b backoff_factor, h hysteresis counter.)
-/// A fixed scale (dynamic = false) never moves.
+/// A fixed scale (dynamic = false) never moves. With a min_scale_schedule (Mellempudi et al.'s enhanced
+/// loss scaling), every rule's step is followed by s = max(s, floor(t)): t counts the updates so far and
+/// floor(t) is the scale of the schedule's last entry whose step is ≤ t.
 ///
 /// One guard applies to every rule and every option value validation accepts: the scale stays finite and
 /// ≥ 2^-126 (the smallest normal float32). A growth whose result would not be finite leaves the scale
@@ -51,6 +53,7 @@
 
 #include <mixprec/autodiff/tensor/dtype.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -85,6 +88,17 @@ enum class AtMinScale : std::uint8_t {
     raise,      ///< throw loss_scale_error saying what to try
 };
 
+/// One step of a rising floor (LossScaleOptions::min_scale_schedule): from step `step` on, the scale
+/// stays ≥ `scale`.
+struct MinScaleStep {
+    std::int64_t step = 0;
+    float scale = 1.0f;
+    friend bool operator==(const MinScaleStep&, const MinScaleStep&) = default;
+};
+
+/// The longest min_scale_schedule accepted (a bound for checkpoint readers).
+inline constexpr std::size_t max_min_scale_steps = 1024;
+
 struct LossScaleOptions {
     ScaleRule rule = ScaleRule::mixprec;
     bool dynamic = true;                 ///< false: the scale stays initial_scale
@@ -99,6 +113,14 @@ struct LossScaleOptions {
     AtMinScale at_min_scale = AtMinScale::keep_going;
     double overflow_tolerance = 0.0; ///< cerebras: fraction of overflowing steps tolerated
     std::int64_t decrease_every = 2; ///< ascend: overflows (cumulative) per backoff
+    /// A floor that rises over training: Mellempudi et al.'s enhanced loss scaling for float8_e5m2
+    /// gradients, whose scale must stay high although spurious overflows keep backing it off. An entry
+    /// {k, s} holds once k updates (skipped steps count) have been made: {0, s} from the start. The last
+    /// entry that holds gives the floor; after each update of any rule a scale below it is raised to it
+    /// (so is the initial scale). Steps strictly increasing and ≥ 0; scales finite, > 0, non-decreasing
+    /// and ≤ max_scale; at most max_min_scale_steps entries; only for a dynamic scale. Empty: no floor but
+    /// the rule's own. Every rule reads it.
+    std::vector<MinScaleStep> min_scale_schedule = {};
 };
 
 /// The options that reproduce a library's rule and defaults: "mixprec", "keras", "tf_keras", "pytorch",
@@ -134,6 +156,7 @@ struct LossScaleState {
     float unclamped_scale = 1.0f;       ///< cerebras: the scale before clamping
     std::int64_t growths = 0;           ///< times the scale grew
     std::int64_t backoffs = 0;          ///< times the scale backed off
+    std::int64_t updates = 0;           ///< update() calls of a dynamic scale: min_scale_schedule's step
     friend bool operator==(const LossScaleState&, const LossScaleState&) = default;
 };
 
@@ -154,6 +177,10 @@ class LossScale {
     std::int64_t backoff_count() const { return state_.backoffs; }
 
   private:
+    static void check_schedule(const LossScaleOptions& o);
+    /// The floor min_scale_schedule sets after `updates` updates (0 when none applies yet).
+    float floor_at(std::int64_t updates) const;
+
     LossScaleOptions options_;
     LossScaleState state_;
 };

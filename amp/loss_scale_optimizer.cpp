@@ -148,12 +148,14 @@ void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
         fp8_scaling.emplace(Fp8Scaling::from_values(fp8));
         const auto& saved = fp8_scaling->options();
         const auto& mine = fp8_->options();
+        const auto describe = [](const Fp8ScalingOptions& o) {
+            return std::string(o.recipe == Fp8Recipe::delayed ? "delayed" : "current") + " recipe" +
+                   (o.scale_gradients ? "" : ", gradients unscaled");
+        };
         if (saved != mine)
-            throw std::invalid_argument(std::string("load_state: the state's FP8 scaling (") +
-                                        (saved.recipe == Fp8Recipe::delayed ? "delayed" : "current") +
-                                        " recipe) differs from this optimizer's (" +
-                                        (mine.recipe == Fp8Recipe::delayed ? "delayed" : "current") +
-                                        " recipe): resume with the options it was saved with");
+            throw std::invalid_argument("load_state: the state's FP8 scaling (" + describe(saved) +
+                                        ") differs from this optimizer's (" + describe(mine) +
+                                        "): resume with the options it was saved with");
     }
     inner_->load_state(inner_state, variables); // all or nothing; from here on nothing can fail
     scale_ = scale;

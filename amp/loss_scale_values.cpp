@@ -41,6 +41,7 @@ void for_each_field(Snapshot& s, F&& f) {
     f("unclamped_scale", s.state.unclamped_scale);
     f("growths", s.state.growths);
     f("backoffs", s.state.backoffs);
+    f("updates", s.state.updates);
     f("skipped_steps", s.skipped_steps);
     f("last_step_skipped", s.last_step_skipped);
     f("last_gradient_norm", s.last_gradient_norm);
@@ -50,6 +51,11 @@ std::string full_name(const char* field) {
     std::string name(loss_scale_prefix);
     name += field;
     return name;
+}
+
+/// "loss_scale/min_scale_schedule/<i>/<field>".
+std::string schedule_name(std::size_t i, const char* field) {
+    return full_name("min_scale_schedule/") + std::to_string(i) + "/" + field;
 }
 
 StateValue::Value to_value(bool b) { return std::int64_t{b ? 1 : 0}; }
@@ -105,6 +111,11 @@ std::vector<StateValue> loss_scale_values(const LossScaleSnapshot& snapshot) {
     for_each_field(snapshot, [&](const char* field, const auto& value) {
         values.push_back({full_name(field), to_value(value)});
     });
+    const std::vector<MinScaleStep>& schedule = snapshot.options.min_scale_schedule;
+    for (std::size_t i = 0; i < schedule.size(); ++i) {
+        values.push_back({schedule_name(i, "step"), to_value(schedule[i].step)});
+        values.push_back({schedule_name(i, "scale"), to_value(schedule[i].scale)});
+    }
     return values;
 }
 
@@ -116,10 +127,29 @@ LossScaleSnapshot loss_scale_snapshot(std::span<const StateValue> values) {
     for_each_field(s, [&](const char* field, auto& out) {
         const std::string name = full_name(field);
         const auto it = given.find(name);
-        if (it == given.end()) bad(name, "is missing");
+        if (it == given.end()) {
+            if (name == full_name("updates")) return; // saved before min_scale_schedule existed: 0
+            bad(name, "is missing");
+        }
         from_value(name, *it->second, out);
         given.erase(it);
     });
+    // The schedule's entries, 0, 1, ... while an entry's values are there: at most max_min_scale_steps + 1
+    // are read (LossScale refuses more), so a hostile state cannot make it allocate without bound.
+    std::vector<MinScaleStep>& schedule = s.options.min_scale_schedule;
+    while (schedule.size() <= max_min_scale_steps) {
+        const std::string step = schedule_name(schedule.size(), "step"),
+                          scale = schedule_name(schedule.size(), "scale");
+        const auto i = given.find(step), j = given.find(scale);
+        if (i == given.end() && j == given.end()) break;
+        if (i == given.end() || j == given.end()) bad(i == given.end() ? step : scale, "is missing");
+        MinScaleStep e;
+        from_value(step, *i->second, e.step);
+        from_value(scale, *j->second, e.scale);
+        schedule.push_back(e);
+        given.erase(i);
+        given.erase(j);
+    }
     if (!given.empty()) bad(given.begin()->first, "is not one a LossScaleOptimizer keeps");
     try {
         LossScale check(s.options);

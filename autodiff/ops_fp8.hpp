@@ -2,6 +2,7 @@
 /// Products in FP8 with per-tensor scales: the three GEMMs of a dense layer (Transformer Engine's Linear,
 /// torchao's Float8Linear), on operands cast by kernels::quantize.
 
+#include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <functional>
@@ -13,10 +14,13 @@ namespace mixprec::autodiff {
 /// How one operand of an FP8 product is cast: into `format`, multiplied by the scale `scale(amax)`
 /// returns for the operand's amax (kernels::amax). A delayed recipe returns the scale it chose from
 /// earlier steps and keeps this amax for its history; a current recipe computes the scale from it.
-/// The scale must be positive and finite.
+/// The scale must be positive and finite. A cast saturates (the recipes with per-tensor scales), or turns
+/// an overflow into infinity, so that a loss scale sees it and skips the step (gradients a loss scale
+/// places, with scale 1).
 struct Fp8Cast {
     Dtype format = Dtype::float8_e4m3;
     std::function<float(float amax)> scale;
+    Overflow overflow = Overflow::saturate;
 };
 
 /// The casts of a dense layer's three FP8 tensors: its input and kernel (forward), and the gradient

@@ -297,7 +297,7 @@ void round_trip_every_piece() {
     run.steps(3);
     const optim::OptimizerState snap = run.opt->state();
     BOOST_TEST(snap.slots.size() == 12u);  // m, v, v_max of 4 variables
-    BOOST_TEST(snap.values.size() == 25u); // the loss scaler's options, state and counters (the rate is a schedule)
+    BOOST_TEST(snap.values.size() == 26u); // the loss scaler's options, state and counters (the rate is a schedule)
     BOOST_TEST((round_trip<Out, In>(snap) == snap));
     for (const optim::StateValue& v : {optim::StateValue{"an integer", std::int64_t{-3}},
                                        optim::StateValue{"a real", 0.1}, optim::StateValue{"an inf", INFINITY}})

@@ -126,6 +126,11 @@ BOOST_AUTO_TEST_CASE(quantize_scales_then_rounds_saturating) {
     // Infinity saturates instead of staying infinite (e5m2 has infinities).
     BOOST_TEST(kernels::quantize(Tensor::from_floats(Shape{1}, std::vector<float>{-infinity}), 1.0f, Dtype::float8_e5m2)
                    .flat(0) == -57344.0f);
+    // Overflow::infinity keeps the overflow visible: e5m2 gives infinity, e4m3 (no infinity) NaN.
+    const Tensor big = Tensor::from_floats(Shape{2}, std::vector<float>{-1e6f, 3.0f});
+    BOOST_TEST(kernels::quantize(big, 1.0f, Dtype::float8_e5m2, Overflow::infinity).flat(0) == -infinity);
+    BOOST_TEST(std::isnan(kernels::quantize(big, 1.0f, Dtype::float8_e4m3, Overflow::infinity).flat(0)));
+    BOOST_TEST(kernels::quantize(big, 1.0f, Dtype::float8_e5m2, Overflow::infinity).flat(1) == 3.0f);
     BOOST_CHECK_THROW(kernels::quantize(Tensor(Shape{1}), 0.0f, Dtype::float8_e4m3), std::invalid_argument);
     BOOST_CHECK_THROW(kernels::quantize(Tensor(Shape{1}), infinity, Dtype::float8_e4m3), std::invalid_argument);
     BOOST_CHECK_THROW(kernels::quantize(Tensor(Shape{1}), 1.0f, Dtype::float32), std::invalid_argument);

@@ -112,6 +112,26 @@ BOOST_AUTO_TEST_CASE(delayed_scaling_drives_dense_fp8) {
     BOOST_TEST(s.tensors().at("dense/input").scale == 44800.0f);
 }
 
+// With scale_gradients off, output gradients are cast with scale 1 and keep no scaling state: the loss
+// scale places them. The option travels in the state; a state saved before it existed reads as scaled.
+BOOST_AUTO_TEST_CASE(gradients_left_to_the_loss_scale) {
+    Fp8Scaling s({.scale_gradients = false});
+    const autodiff::Fp8DenseCasts casts = s.dense_casts("dense_1");
+    BOOST_TEST((casts.output_grad.format == Dtype::float8_e5m2));
+    BOOST_TEST(casts.output_grad.scale(1e-6f) == 1.0f);
+    BOOST_TEST((casts.output_grad.overflow == autodiff::Overflow::infinity)); // the loss scale must see it
+    BOOST_TEST((casts.input.overflow == autodiff::Overflow::saturate));
+    casts.input.scale(1.0f);
+    s.end_step();
+    BOOST_TEST(s.tensors().count("dense_1/output_grad") == 0u);
+    BOOST_TEST(s.tensors().count("dense_1/input") == 1u);
+    const Fp8Scaling back = Fp8Scaling::from_values(s.values());
+    BOOST_TEST(!back.options().scale_gradients);
+    std::vector<optim::StateValue> old = Fp8Scaling().values();
+    std::erase_if(old, [](const optim::StateValue& v) { return v.name == "fp8/scale_gradients"; });
+    BOOST_TEST(Fp8Scaling::from_values(old).options().scale_gradients);
+}
+
 BOOST_AUTO_TEST_CASE(options_out_of_range_are_refused) {
     BOOST_CHECK_THROW(Fp8Scaling({.history_length = 0}), std::invalid_argument);
     BOOST_CHECK_THROW(Fp8Scaling({.history_length = 1025}), std::invalid_argument);

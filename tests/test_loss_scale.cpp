@@ -23,6 +23,16 @@ std::vector<float> run(LossScale& s, const std::string& steps) { // '.' finite s
     return out;
 }
 
+/// What LossScale says when it refuses `o` ("<accepted>" when it does not).
+std::string message(const LossScaleOptions& o) {
+    try {
+        LossScale s(o);
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    return "<accepted>";
+}
+
 } // namespace
 
 // ---- Golden sequences from the anchors' own test suites (research §4) ----
@@ -269,14 +279,6 @@ BOOST_AUTO_TEST_CASE(fixed_scale_and_validation) {
     LossScale fixed({.dynamic = false, .initial_scale = 128});
     run(fixed, "!!...!.");
     BOOST_TEST(fixed.scale() == 128.0f);
-    const auto message = [](LossScaleOptions o) -> std::string {
-        try {
-            LossScale s(o);
-        } catch (const std::invalid_argument& e) {
-            return e.what();
-        }
-        return "<accepted>";
-    };
     BOOST_TEST(message({.initial_scale = -1}).find("initial_scale") != std::string::npos);
     BOOST_TEST(message({.growth_interval = 0}).find("growth_interval") != std::string::npos);
     BOOST_TEST(message({.growth_factor = 1}).find("growth_factor") != std::string::npos);
@@ -295,6 +297,39 @@ BOOST_AUTO_TEST_CASE(fixed_scale_and_validation) {
         BOOST_TEST(name_of(*scale_rule_at(i)) == names[i]);
     }
     BOOST_TEST(!scale_rule_at(names.size()).has_value());
+}
+
+// Enhanced loss scaling (Mellempudi et al. 2019): a floor that rises with the steps keeps the scale up
+// through overflows that would back it off, and starts the scale at the first floor.
+BOOST_AUTO_TEST_CASE(a_floor_that_rises) {
+    LossScale s({.initial_scale = 1024, .min_scale_schedule = {{0, 1}, {3, 256}, {6, 4096}}});
+    BOOST_TEST(run(s, "!!!!!!!!") == (std::vector<float>{512, 256, 256, 256, 256, 4096, 4096, 4096}),
+               boost::test_tools::per_element());
+    BOOST_TEST(s.state().updates == 8);
+    LossScale grows({.initial_scale = 8, .growth_interval = 2, .min_scale_schedule = {{0, 16}}});
+    BOOST_TEST(grows.scale() == 16.0f);
+    BOOST_TEST(run(grows, "..!") == (std::vector<float>{16, 32, 16}), boost::test_tools::per_element());
+    // Every rule reads it: after step 2 no overflow takes any rule below the floor.
+    for (auto name : loss_scale_preset_names()) {
+        LossScaleOptions o = loss_scale_preset(name);
+        const float floor = std::min(o.max_scale, o.initial_scale * 4);
+        o.min_scale_schedule = {{2, floor}};
+        BOOST_TEST(rule_reads(o.rule, "min_scale_schedule"));
+        LossScale rule(o);
+        const std::vector<float> scales = run(rule, "!!!!!!");
+        for (std::size_t i = 1; i < scales.size(); ++i) BOOST_TEST(scales[i] >= floor, name << " step " << i);
+    }
+    BOOST_TEST(message({.min_scale_schedule = {{5, 2}, {5, 4}}}).find("min_scale_schedule[1].step") !=
+               std::string::npos);
+    BOOST_TEST(message({.min_scale_schedule = {{0, 4}, {5, 2}}}).find("min_scale_schedule[1].scale") !=
+               std::string::npos);
+    BOOST_TEST(message({.min_scale_schedule = {{-1, 2}}}).find("[0].step") != std::string::npos);
+    BOOST_TEST(message({.min_scale_schedule = {{0, 1e9f}}}).find("[0].scale") != std::string::npos); // > 2^24
+    BOOST_TEST(message({.min_scale_schedule = {{0, NAN}}}).find("[0].scale") != std::string::npos);
+    BOOST_TEST(message({.dynamic = false, .min_scale_schedule = {{0, 2}}}).find("dynamic") != std::string::npos);
+    std::vector<MinScaleStep> long_schedule(max_min_scale_steps + 1);
+    for (std::size_t i = 0; i < long_schedule.size(); ++i) long_schedule[i] = {std::int64_t(i), 1.0f};
+    BOOST_TEST(message({.min_scale_schedule = long_schedule}).find("more than 1024") != std::string::npos);
 }
 
 // Growth never produces infinity or exceeds max_scale; backoff never goes below min_scale.

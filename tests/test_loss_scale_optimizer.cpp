@@ -334,7 +334,7 @@ BOOST_AUTO_TEST_CASE(state_carries_the_scaler_and_the_run_continues_bit_identica
     BOOST_TEST(saved.kind == "loss_scale(adam)");
     BOOST_TEST(saved.iterations == 4);
     BOOST_TEST(saved.slots.size() == 6u); // Adam's m and v of three variables
-    BOOST_TEST(saved.values.size() == 25u);
+    BOOST_TEST(saved.values.size() == 26u);
     for (const auto& v : saved.values) BOOST_TEST(v.name.starts_with(amp::loss_scale_prefix), v.name);
     const amp::LossScaleSnapshot snap = amp::loss_scale_snapshot(saved.values);
     BOOST_TEST((snap.state == opt.loss_scale().state()));
@@ -354,6 +354,45 @@ BOOST_AUTO_TEST_CASE(state_carries_the_scaler_and_the_run_continues_bit_identica
     }
     BOOST_TEST((snapshot(restored, copy) == snapshot(opt, vars)));
     BOOST_TEST((restored.state() == opt.state()));
+}
+
+// A rising floor travels with the options, the update count with the state; a checkpoint saved before
+// the count existed reads as 0 updates; entries with a value missing or out of order are refused.
+BOOST_AUTO_TEST_CASE(a_rising_floor_travels_in_the_state) {
+    amp::LossScaleOptimizer opt(adam_with_schedule(),
+                                {.initial_scale = 64, .growth_interval = 2, .min_scale_schedule = {{0, 2}, {3, 128}}});
+    auto vars = variables(Dtype::float16, 4);
+    for (unsigned step = 0; step < 4; ++step) opt.apply(gradients(vars, opt.scale(), Dtype::float16, step), vars);
+    const std::vector<optim::StateValue> values = opt.state().values;
+    const amp::LossScaleSnapshot snap = amp::loss_scale_snapshot(values);
+    BOOST_TEST(snap.state.updates == 4);
+    BOOST_TEST(snap.options.min_scale_schedule.size() == 2u);
+    BOOST_TEST((snap.options.min_scale_schedule[1] == amp::MinScaleStep{3, 128}));
+    const auto without = [&](std::string_view name) {
+        std::vector<optim::StateValue> v;
+        for (const auto& x : values)
+            if (x.name != name) v.push_back(x);
+        return v;
+    };
+    BOOST_TEST(amp::loss_scale_snapshot(without("loss_scale/updates")).state.updates == 0);
+    const auto refused = [](const std::vector<optim::StateValue>& v, const std::string& part) {
+        try {
+            amp::loss_scale_snapshot(v);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what()).find(part) != std::string::npos;
+        }
+        return false;
+    };
+    BOOST_TEST(refused(without("loss_scale/min_scale_schedule/1/scale"), "min_scale_schedule/1/scale' is missing"));
+    BOOST_TEST(refused(without("loss_scale/min_scale_schedule/0/step"), "min_scale_schedule/0/step' is missing"));
+    std::vector<optim::StateValue> swapped = values;
+    for (auto& v : swapped)
+        if (v.name == "loss_scale/min_scale_schedule/1/step") v.value = std::int64_t{0};
+    BOOST_TEST(refused(swapped, "min_scale_schedule[1].step"));
+    std::vector<optim::StateValue> gap = without("loss_scale/min_scale_schedule/1/step");
+    std::erase_if(gap, [](const auto& v) { return v.name == "loss_scale/min_scale_schedule/1/scale"; });
+    gap.push_back({"loss_scale/min_scale_schedule/2/step", std::int64_t{9}});
+    BOOST_TEST(refused(gap, "is not one a LossScaleOptimizer keeps"));
 }
 
 BOOST_AUTO_TEST_CASE(load_state_refuses_bad_scaler_values_and_changes_nothing) {

@@ -46,6 +46,15 @@ expect 2 "per_layer moves each layer's scale"  -- --loss-scale per_layer --growt
 expect 2 "per_layer scales are powers of two"  -- --loss-scale per_layer --initial-scale 1000
 expect 2 "only --precision mixed_float8 has FP8" -- --fp8-recipe current
 expect 2 "--fp8-recipe: bogus not in"           -- --precision mixed_float8 --fp8-recipe bogus
+expect 2 "only --precision mixed_float8 scales" -- --fp8-gradient-scaling loss_scale
+expect 2 "to the loss scale: add --loss-scale dynamic" -- --precision mixed_float8 --fp8-gradient-scaling loss_scale
+expect 2 "'10' is not STEP:SCALE"             -- --min-scale-schedule 10
+expect 2 "'5:x' is not STEP:SCALE"            -- --min-scale-schedule 1:2,5:x
+expect 2 "'0:2' is not STEP:SCALE"            -- --min-scale-schedule 0:2
+expect 2 "'5:4' does not come after"          -- --min-scale-schedule 5:2,5:4
+expect 2 "unless asked: add --loss-scale dynamic" -- --precision mixed_bfloat16 --min-scale-schedule 1:2
+expect 2 "none turns loss scaling off"        -- --loss-scale none --min-scale-schedule 1:2
+expect 2 "min_scale_schedule[1].scale must not fall" -- --min-scale-schedule 1:1024,10:2
 expect 2 "give --log PATH or --plot PATH"      -- --telemetry
 expect 2 "--telemetry-every requires --telemetry" -- --telemetry-every 5 --log "$work/t.jsonl"
 expect 2 "none turns loss scaling off"         -- --loss-scale none --initial-scale 8
@@ -208,8 +217,11 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 2 "both set the weights" -- --initial-weights "$work/mlp.ckpt" --resume "$work/mlp.ckpt"
     # 6 steps straight, and 3 then --resume for 3 more, end with the same weights: for mixed_float8 with
     # delayed scaling (the amax histories and scales travel in the checkpoint), and for mixed_mxfp8.
-    for precision in mixed_float8 mixed_mxfp8; do
+    for precision in mixed_float8 mixed_mxfp8 enhanced; do
         run=(--precision "$precision" --threads 1 --quiet)
+        # e5m2 gradients placed by a dynamic loss scale with a rising floor (the update count travels too)
+        [ "$precision" = enhanced ] && run=(--precision mixed_float8 --fp8-gradient-scaling loss_scale \
+            --loss-scale dynamic --min-scale-schedule 1:1024,5:65536 --threads 1 --quiet)
         "$trainer" "${run[@]}" --max-steps 6 >"$work/$precision-straight" 2>&1 &&
             "$trainer" "${run[@]}" --max-steps 3 --checkpoint "$work/$precision.ckpt" >/dev/null 2>&1 &&
             "$trainer" "${run[@]}" --max-steps 6 --checkpoint "$work/$precision.ckpt" \

@@ -31,7 +31,7 @@ float amax(const Tensor& x) {
     return std::bit_cast<float>(top.load());
 }
 
-Tensor quantize(const Tensor& x, float scale, Dtype format) {
+Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow) {
     if (!(scale > 0.0f) || !std::isfinite(scale))
         throw std::invalid_argument("quantize: the scale must be positive and finite, got " + std::to_string(scale));
     if (size_of(format) >= size_of(Dtype::float32))
@@ -43,7 +43,7 @@ Tensor quantize(const Tensor& x, float scale, Dtype format) {
         std::array<float, detail::chunk> in, scaled;
         const float* v = detail::floats_at(x, i, n, in);
         for (std::size_t j = 0; j < n; ++j) scaled[j] = v[j] * scale;
-        narrow(scaled.data(), detail::bytes_at(out, i), n, format, Overflow::saturate);
+        narrow(scaled.data(), detail::bytes_at(out, i), n, format, overflow);
     });
     return out;
 }

@@ -8,6 +8,7 @@
 /// format's range. A product of two such tensors is (q_a q_b) / (s_a s_b): the FP8 values are multiplied
 /// exactly, summed in float32 and the sum multiplied by 1 / (s_a s_b) (MatmulOptions::alpha).
 
+#include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 namespace mixprec::autodiff::kernels {
@@ -16,10 +17,11 @@ namespace mixprec::autodiff::kernels {
 float amax(const Tensor& x);
 
 /// x · scale in `format`: each value multiplied by `scale` in float32 (one rounding, as the scaled cast of
-/// the hardware), then rounded to nearest even into `format`, saturating: a magnitude beyond the format's
-/// largest finite, and ±infinity, become ± the largest finite (as CUDA's __NV_SATFINITE casts do); NaN
-/// stays NaN. `format` may be any dtype narrower than float32; std::invalid_argument for a scale that is
-/// not positive and finite.
-Tensor quantize(const Tensor& x, float scale, Dtype format);
+/// the hardware), then rounded to nearest even into `format`. Saturating by default: a magnitude beyond
+/// the format's largest finite, and ±infinity, become ± the largest finite (as CUDA's __NV_SATFINITE
+/// casts do); with Overflow::infinity they become ±infinity (NaN in e4m3), so that a loss scale sees the
+/// overflow. NaN stays NaN. `format` may be any dtype narrower than float32; std::invalid_argument for a
+/// scale that is not positive and finite.
+Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow = Overflow::saturate);
 
 } // namespace mixprec::autodiff::kernels

@@ -118,7 +118,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o, const 
                          : std::make_unique<amp::LossScaleOptimizer>(std::move(inner), o.loss_scale_options());
     if (amp::Policy(o.precision).fp8_products())
         optimizer->scale_fp8({.recipe = o.fp8_recipe.value_or("delayed") == "current" ? amp::Fp8Recipe::current
-                                                                                      : amp::Fp8Recipe::delayed});
+                                                                                      : amp::Fp8Recipe::delayed,
+                              .scale_gradients = o.fp8_gradient_scaling.value_or("per_tensor") == "per_tensor"});
     return optimizer;
 }
 
@@ -148,9 +149,10 @@ std::string describe_scaling(const amp::LossScaleOptions& s) {
     if (!s.dynamic)
         std::snprintf(text, sizeof text, s.initial_scale == 1.0f ? "off" : "fixed at %g", double(s.initial_scale));
     else
-        std::snprintf(text, sizeof text, "dynamic (%s rule, initial %g, growth every %lld steps)",
+        std::snprintf(text, sizeof text, "dynamic (%s rule, initial %g, growth every %lld steps%s)",
                       std::string(amp::name_of(s.rule)).c_str(), double(s.initial_scale),
-                      static_cast<long long>(s.growth_interval));
+                      static_cast<long long>(s.growth_interval),
+                      s.min_scale_schedule.empty() ? "" : ", a floor that rises");
     return text;
 }
 

@@ -64,6 +64,37 @@ std::vector<std::int64_t> parse_steps(const std::string& list) {
     return steps;
 }
 
+/// Comma-separated STEP:SCALE pairs (--min-scale-schedule), steps numbered from 1 as everywhere on the
+/// command line: the floor holds for step STEP on, that is once STEP - 1 updates have been made. Their order
+/// and values are checked by LossScale.
+std::vector<amp::MinScaleStep> parse_schedule(const std::string& list) {
+    std::vector<amp::MinScaleStep> schedule;
+    std::stringstream in(list);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+        const std::size_t colon = item.find(':');
+        std::size_t used_step = 0, used_scale = 0;
+        amp::MinScaleStep e;
+        try {
+            if (colon != std::string::npos) {
+                e.step = std::stoll(item.substr(0, colon), &used_step);
+                e.scale = std::stof(item.substr(colon + 1), &used_scale);
+            }
+        } catch (const std::exception&) {
+            used_step = used_scale = 0;
+        }
+        if (colon == std::string::npos || used_step != colon || used_scale != item.size() - colon - 1 ||
+            used_scale == 0 || e.step < 1 || !std::isfinite(e.scale) || e.scale <= 0)
+            throw conflict("--min-scale-schedule",
+                           "'" + item + "' is not STEP:SCALE (a step ≥ 1 and a finite scale > 0)");
+        --e.step;
+        if (!schedule.empty() && e.step <= schedule.back().step)
+            throw conflict("--min-scale-schedule", "'" + item + "' does not come after the step before it");
+        schedule.push_back(e);
+    }
+    return schedule;
+}
+
 /// A flag for a setting the chosen rule does not have is refused, not silently ignored.
 void check_rule_reads(const Options& o) {
     const amp::ScaleRule rule = amp::loss_scale_preset(o.loss_scale_preset).rule;
@@ -85,11 +116,17 @@ void check_rule_reads(const Options& o) {
 void check(const Options& o, bool dynamic_flags_given) {
     if (o.fp8_recipe && o.precision != "mixed_float8")
         throw conflict("--fp8-recipe", "only --precision mixed_float8 has FP8 products to scale");
+    if (o.fp8_gradient_scaling && o.precision != "mixed_float8")
+        throw conflict("--fp8-gradient-scaling", "only --precision mixed_float8 scales FP8 gradients per tensor");
+    if (o.fp8_gradient_scaling == "loss_scale" && o.loss_scale != "dynamic")
+        throw conflict("--fp8-gradient-scaling", "loss_scale leaves the e5m2 gradients to the loss scale: add "
+                                                 "--loss-scale dynamic");
     if (o.loss_scale == "per_layer") {
-        if (o.growth_interval || o.hysteresis || o.min_scale || o.max_scale)
+        if (o.growth_interval || o.hysteresis || o.min_scale || o.max_scale || !o.min_scale_schedule.empty())
             throw conflict("--loss-scale",
                            "per_layer moves each layer's scale by its own rule: drop --growth-interval, "
-                           "--hysteresis, --min-scale and --max-scale (--initial-scale sets the loss's)");
+                           "--hysteresis, --min-scale, --max-scale and --min-scale-schedule (--initial-scale sets "
+                           "the loss's)");
         int exponent = 0;
         if (o.initial_scale && std::frexp(*o.initial_scale, &exponent) != 0.5f)
             throw conflict("--initial-scale", "per_layer scales are powers of two: give one (32768, 1024, ...)");
@@ -107,8 +144,12 @@ void check(const Options& o, bool dynamic_flags_given) {
                                                "number");
         if (dynamic_flags_given)
             throw conflict("--loss-scale", "a fixed scale does not move: drop --growth-interval, --hysteresis, "
-                                           "--initial-scale, --min-scale and --max-scale");
+                                           "--initial-scale, --min-scale, --max-scale and --min-scale-schedule");
     }
+    if (o.loss_scale == "auto" && !o.min_scale_schedule.empty() && !amp::Policy(o.precision).needs_loss_scaling())
+        throw conflict("--min-scale-schedule", o.precision +
+                                                   " trains without loss scaling unless asked: add --loss-scale "
+                                                   "dynamic");
     if (o.loss_scale == "none" && dynamic_flags_given)
         throw conflict("--loss-scale", "none turns loss scaling off: the dynamic-scale flags do not apply");
     if (o.checkpoint_every > 0 && o.checkpoint.empty())
@@ -174,6 +215,7 @@ amp::LossScaleOptions Options::loss_scale_options() const {
     if (hysteresis) options.hysteresis = *hysteresis;
     if (min_scale) options.min_scale = *min_scale;
     if (max_scale) options.max_scale = *max_scale;
+    options.min_scale_schedule = min_scale_schedule;
     return options;
 }
 
@@ -209,6 +251,10 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "How mixed_float8 scales each FP8 tensor: delayed (from the amax of the last 16 steps, as "
                    "Transformer Engine's DelayedScaling) or current (from the tensor's own amax)")
         ->check(CLI::IsMember({"delayed", "current"}));
+    app.add_option("--fp8-gradient-scaling", o.fp8_gradient_scaling,
+                   "How mixed_float8 places the e5m2 gradients: per_tensor (each scaled by the recipe) or loss_scale "
+                   "(cast unscaled, placed by --loss-scale dynamic alone; see --min-scale-schedule)")
+        ->check(CLI::IsMember({"per_tensor", "loss_scale"}));
     app.add_option("--loss-scale", o.loss_scale,
                    "dynamic, per_layer (a scale per layer, from what each layer's gradients lose), none, a fixed "
                    "value, or auto (dynamic for float16 and cbfloat16, none otherwise)")
@@ -226,6 +272,10 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
     app.add_option("--max-scale", o.max_scale, "Largest dynamic scale")
         ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
+    std::string schedule;
+    app.add_option("--min-scale-schedule", schedule,
+                   "A floor under the dynamic scale that rises over training (enhanced loss scaling, for FP8 "
+                   "gradients): STEP:SCALE,... keeps the scale >= SCALE from step STEP on");
     app.add_option("--clip-norm", o.clip_norm, "Clip gradients to this global L2 norm")
         ->check(finite(0, false, INFINITY, "a finite number > 0", "POSITIVE"));
     app.add_option("--clip-value", o.clip_value,
@@ -296,7 +346,9 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     try {
         app.parse(argc, argv);
         if (!inject.empty()) o.inject_nonfinite = parse_steps(inject);
-        const bool dynamic_flags = o.initial_scale || o.growth_interval || o.hysteresis || o.min_scale || o.max_scale;
+        if (!schedule.empty()) o.min_scale_schedule = parse_schedule(schedule);
+        const bool dynamic_flags = o.initial_scale || o.growth_interval || o.hysteresis || o.min_scale || o.max_scale ||
+                                   !o.min_scale_schedule.empty();
         check(o, dynamic_flags);
         if (o.min_scale && o.max_scale && *o.min_scale > *o.max_scale)
             throw conflict("--min-scale", "is larger than --max-scale");

@@ -21,14 +21,16 @@ struct Options {
     std::int64_t epochs = 5;
     std::size_t batch_size = 128;
     std::uint64_t seed = 1;
-    std::optional<std::string> fp8_recipe; ///< mixed_float8: delayed (default) | current
-    std::string loss_scale = "auto";       ///< auto | dynamic | none | a fixed value
+    std::optional<std::string> fp8_recipe;           ///< mixed_float8: delayed (default) | current
+    std::optional<std::string> fp8_gradient_scaling; ///< mixed_float8: per_tensor (default) | loss_scale
+    std::string loss_scale = "auto";                 ///< auto | dynamic | none | a fixed value
     std::string loss_scale_preset = "mixprec";
     std::optional<float> initial_scale;
     std::optional<std::int64_t> growth_interval;
     std::optional<std::int64_t> hysteresis;
     std::optional<float> min_scale;
     std::optional<float> max_scale;
+    std::vector<amp::MinScaleStep> min_scale_schedule; ///< a floor that rises: STEP:SCALE,...
     std::optional<float> clip_norm;
     std::optional<float> clip_value;
     std::string lr_schedule = "constant"; ///< constant | cosine | exponential
