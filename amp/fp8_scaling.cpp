@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace mixprec::amp {
 
@@ -42,10 +43,11 @@ autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
         return autodiff::Fp8Cast{
             format, [this, name = layer + "/" + tensor, format](float amax) { return scale_for(name, format, amax); }};
     };
-    if (!options_.scale_gradients)
-        return {cast("input", options_.forward), cast("kernel", options_.forward),
-                autodiff::Fp8Cast{options_.backward, [](float) { return 1.0f; }, autodiff::Overflow::infinity}};
-    return {cast("input", options_.forward), cast("kernel", options_.forward), cast("output_grad", options_.backward)};
+    // Unscaled gradients are left to the loss scale, which must see their overflows.
+    autodiff::Fp8Cast grad = options_.scale_gradients ? cast("output_grad", options_.backward)
+                                                      : autodiff::Fp8Cast{options_.backward, [](float) { return 1.0f; },
+                                                                          autodiff::Overflow::infinity};
+    return {cast("input", options_.forward), cast("kernel", options_.forward), std::move(grad)};
 }
 
 float Fp8Scaling::scale_from(float amax, Dtype format, int margin) const {

@@ -17,16 +17,18 @@ void check_element(Dtype element) {
                                     std::string(name_of(element)));
 }
 
-/// x in float32, in storage of its own (rounded in place next).
-Tensor float32_copy(const Tensor& x) { return x.dtype() == Dtype::float32 ? x.clone() : x.to(Dtype::float32); }
-
-/// Rounds rows [0, rows) of `data` (rows, cols) in place, the rows spread over the threads (each row is
-/// independent: the same bits however they are split).
-void round_rows(float* data, std::size_t rows, std::size_t cols, Dtype element) {
-    const std::size_t min_rows = std::max<std::size_t>(1, 16384 / std::max<std::size_t>(cols, 1));
-    autodiff::detail::split(rows, min_rows, [&](std::size_t r0, std::size_t r1) {
-        autodiff::mx_round(data + r0 * cols, r1 - r0, cols, element, data + r0 * cols);
-    });
+/// Where the rounding reads and writes: a float32 x is read in place and rounded into new storage; any
+/// other dtype is widened once into the result, which is then rounded in place.
+struct Rounding {
+    Tensor out;
+    const float* src;
+    float* dst;
+};
+Rounding rounding_of(const Tensor& x) {
+    Rounding r{x.dtype() == Dtype::float32 ? Tensor::uninitialized(x.shape()) : x.to(Dtype::float32), nullptr, nullptr};
+    r.dst = r.out.data<float>().data();
+    r.src = x.dtype() == Dtype::float32 ? x.data<float>().data() : r.dst;
+    return r;
 }
 
 } // namespace
@@ -35,25 +37,28 @@ Tensor mx_round(const Tensor& x, Dtype element) {
     check_element(element);
     const std::size_t cols = x.rank() == 0 ? 1 : x.shape()[x.rank() - 1];
     const std::size_t rows = cols == 0 ? 0 : x.size() / cols;
-    Tensor out = float32_copy(x);
-    round_rows(out.data<float>().data(), rows, cols, element);
-    return out;
+    const Rounding r = rounding_of(x);
+    // Rows are independent: the same bits however they are spread over the threads.
+    const std::size_t min_rows = std::max<std::size_t>(1, 16384 / std::max<std::size_t>(cols, 1));
+    autodiff::detail::split(rows, min_rows, [&](std::size_t r0, std::size_t r1) {
+        autodiff::mx_round(r.src + r0 * cols, r1 - r0, cols, element, r.dst + r0 * cols);
+    });
+    return r.out;
 }
 
 Tensor mx_round_columns(const Tensor& x, Dtype element) {
     check_element(element);
     if (x.rank() != 2) throw shape_error("mx_round_columns: " + x.shape().to_string() + " must have rank 2");
     const std::size_t rows = x.shape()[0], cols = x.shape()[1];
-    Tensor out = float32_copy(x);
-    float* data = out.data<float>().data();
+    const Rounding r = rounding_of(x);
     // Bands of 32 rows (a block down every column) are independent; each piece is whole bands.
     const std::size_t bands = (rows + mx_block_size - 1) / mx_block_size;
     const std::size_t min_bands = std::max<std::size_t>(1, 512 / std::max<std::size_t>(cols, 1));
     autodiff::detail::split(bands, min_bands, [&](std::size_t b0, std::size_t b1) {
         const std::size_t r0 = b0 * mx_block_size, r1 = std::min(rows, b1 * mx_block_size);
-        autodiff::mx_round_columns(data + r0 * cols, r1 - r0, cols, element, data + r0 * cols);
+        autodiff::mx_round_columns(r.src + r0 * cols, r1 - r0, cols, element, r.dst + r0 * cols);
     });
-    return out;
+    return r.out;
 }
 
 } // namespace mixprec::autodiff::kernels

@@ -132,16 +132,14 @@ constexpr std::size_t run = 1024;
 
 bool fast(std::uint8_t scale) { return scale >= fast_scale_min && scale <= fast_scale_max; }
 
-/// 2^(127 - bits), the factor that divides a block by its scale (1 for blocks off the fast path).
-float inverse_of(std::uint8_t scale) {
-    return std::bit_cast<float>(std::uint32_t(fast(scale) ? 254 - scale : 127) << 23);
-}
-
-/// X = 2^(bits - 127) for a fast scale.
-float value_of(std::uint8_t scale) { return std::bit_cast<float>(std::uint32_t(scale) << 23); }
-
 /// 2^k for a normal float32 power of two.
 constexpr float pow2(int k) { return std::bit_cast<float>(std::uint32_t(k + 127) << 23); }
+
+/// 1 / X = 2^(127 - bits), the factor that divides a block by its scale (1 for blocks off the fast path).
+float inverse_of(std::uint8_t scale) { return fast(scale) ? pow2(127 - int(scale)) : 1.0f; }
+
+/// X = 2^(bits - 127) for a fast scale.
+float value_of(std::uint8_t scale) { return pow2(int(scale) - 127); }
 
 /// The element value nearest x (ties to even, saturating), as a float32, for finite |x| < 2^(emax + 1):
 /// the arithmetic of a block on the fast path, with no conversion to and from FP8 bytes. A normal element
