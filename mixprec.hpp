@@ -30,6 +30,7 @@
 #include <mixprec/autodiff/tensor/rng.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/shape.hpp>
+#include <mixprec/autodiff/tensor/stochastic_rounding.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 #include <mixprec/autodiff/tensor/tensor_xt.hpp>
 #include <mixprec/autodiff/variable.hpp>

@@ -1,5 +1,7 @@
 #include <mixprec/amp/fp8_scaling.hpp>
 
+#include <mixprec/autodiff/tensor/rng.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -36,7 +38,18 @@ Fp8Scaling::Fp8Scaling(Fp8ScalingOptions options) : options_(options) {
           "epsilon must be finite and at least 0, got " + std::to_string(options.epsilon));
     fp8_max(options.forward);
     fp8_max(options.backward);
+    if (!options_.stochastic_gradients) options_.seed = 0;
 }
+
+namespace {
+
+/// 64-bit FNV-1a of `text`, continuing from `hash` (so that hashing "a" and then "b" hashes "ab").
+std::uint64_t fnv1a64(std::string_view text, std::uint64_t hash = 0xcbf29ce484222325ull) {
+    for (const char c : text) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    return hash;
+}
+
+} // namespace
 
 autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
     const auto cast = [this, &layer](const char* tensor, Dtype format) {
@@ -47,6 +60,12 @@ autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
     autodiff::Fp8Cast grad = options_.scale_gradients ? cast("output_grad", options_.backward)
                                                       : autodiff::Fp8Cast{options_.backward, [](float) { return 1.0f; },
                                                                           autodiff::Overflow::infinity};
+    const std::uint64_t call = calls_[layer]++;
+    if (options_.stochastic_gradients) {
+        using autodiff::counter_bits;
+        grad.stochastic = counter_bits(
+            counter_bits(counter_bits(options_.seed, steps_), fnv1a64("/output_grad", fnv1a64(layer))), call);
+    }
     return {cast("input", options_.forward), cast("kernel", options_.forward), std::move(grad)};
 }
 
@@ -71,6 +90,8 @@ float Fp8Scaling::scale_for(const std::string& name, Dtype format, float amax) {
 }
 
 void Fp8Scaling::end_step() {
+    ++steps_;
+    calls_.clear();
     if (options_.recipe == Fp8Recipe::current) return;
     const auto length = static_cast<std::size_t>(options_.history_length);
     for (auto& [name, t] : tensors_) {

@@ -24,6 +24,13 @@
 /// the format's largest finite: 448 for float8_e4m3, 57344 for float8_e5m2.
 ///
 /// Tensors are named "<layer>/input", "<layer>/kernel" and "<layer>/output_grad".
+///
+/// With stochastic_gradients, output gradients are rounded stochastically into their format
+/// (stochastic_rounding.hpp) instead of to nearest even. The random stream of a cast is fixed by the seed,
+/// the number of steps finished, the tensor's name and how often the layer was called before in this
+/// step, so a run resumed from a checkpoint draws what the uninterrupted run draws:
+///
+///   key = counter_bits(counter_bits(counter_bits(seed, steps), fnv1a64(name)), call)
 
 #include <mixprec/autodiff/ops_fp8.hpp>
 #include <mixprec/optim/optimizer_state.hpp>
@@ -58,6 +65,10 @@ struct Fp8ScalingOptions {
     /// infinity, so the loss scale sees it, skips the step and backs off. Inputs and kernels are scaled
     /// (and saturate) either way.
     bool scale_gradients = true;
+    /// Round output gradients stochastically (see above), drawing from streams derived from `seed`
+    /// (which only stochastic rounding uses: without it, the constructor sets it to 0).
+    bool stochastic_gradients = false;
+    std::uint64_t seed = 0;
     friend bool operator==(const Fp8ScalingOptions&, const Fp8ScalingOptions&) = default;
 };
 
@@ -76,9 +87,11 @@ class Fp8Scaling final : public autodiff::Fp8Scales {
 
     /// The scale for a cast of tensor `name` into `format`, given its amax now (see the table).
     float scale_for(const std::string& name, autodiff::Dtype format, float amax);
-    /// Delayed: records each tensor's step, chooses its next scale and moves its history on. Current:
-    /// nothing.
+    /// Counts the step. Delayed: also records each tensor's step, chooses its next scale and moves its
+    /// history on.
     void end_step();
+    /// The steps finished (end_step calls): what keys the random streams of stochastic rounding.
+    std::uint64_t steps() const { return steps_; }
 
     struct Tensor {
         autodiff::Dtype format = autodiff::Dtype::float8_e4m3;
@@ -91,9 +104,9 @@ class Fp8Scaling final : public autodiff::Fp8Scales {
     const std::map<std::string, Tensor>& tensors() const { return tensors_; }
     const Fp8ScalingOptions& options() const { return options_; }
 
-    /// The options, and every tensor's format, scale and history, as "fp8/…" values of an optimizer's
-    /// state, and back (amp/fp8_scaling_values.cpp). Saved between steps: what a step has cast so far is
-    /// not kept. from_values: std::invalid_argument naming a value that is missing, repeated, unknown, of
+    /// The options, the step count, and every tensor's format, scale and history, as "fp8/…" values of an
+    /// optimizer's state, and back (amp/fp8_scaling_values.cpp). Saved between steps: what a step has cast
+    /// so far is not kept. Values newer than a saved state read as their defaults. from_values: std::invalid_argument naming a value that is missing, repeated, unknown, of
     /// the wrong kind or out of range (at most max_tensors tensors; a history no longer than
     /// history_length, of finite amaxes ≥ 0; scales finite and > 0).
     std::vector<optim::StateValue> values() const;
@@ -105,6 +118,8 @@ class Fp8Scaling final : public autodiff::Fp8Scales {
 
     Fp8ScalingOptions options_;
     std::map<std::string, Tensor> tensors_;
+    std::uint64_t steps_ = 0;
+    std::map<std::string, std::uint64_t> calls_; ///< dense_casts calls of each layer in this step
 };
 
 } // namespace mixprec::amp

@@ -2,6 +2,7 @@
 
 #include <mixprec/amp/fp8_scaling.hpp>
 
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -63,6 +64,9 @@ std::vector<optim::StateValue> Fp8Scaling::values() const {
         {"fp8/forward", std::int64_t(options_.forward)},
         {"fp8/backward", std::int64_t(options_.backward)},
         {"fp8/scale_gradients", std::int64_t{options_.scale_gradients}},
+        {"fp8/stochastic_gradients", std::int64_t{options_.stochastic_gradients}},
+        {"fp8/seed", std::bit_cast<std::int64_t>(options_.seed)},
+        {"fp8/steps", std::int64_t(steps_)},
         {"fp8/tensors", std::int64_t(tensors_.size())},
     };
     std::size_t i = 0;
@@ -119,12 +123,21 @@ Fp8Scaling Fp8Scaling::from_values(std::span<const optim::StateValue> values) {
     o.power_of_two = integer(field("power_of_two"), 0, 1) != 0;
     o.forward = fp8_format(field("forward"));
     o.backward = fp8_format(field("backward"));
-    if (fields.contains("fp8/scale_gradients")) // absent from states saved before it existed: scaled
-        o.scale_gradients = integer(field("scale_gradients"), 0, 1) != 0;
+    // Absent from states saved before they existed: scaled, rounded to nearest, no steps counted.
+    if (fields.contains("fp8/scale_gradients")) o.scale_gradients = integer(field("scale_gradients"), 0, 1) != 0;
+    if (fields.contains("fp8/stochastic_gradients") || fields.contains("fp8/seed")) {
+        o.stochastic_gradients = integer(field("stochastic_gradients"), 0, 1) != 0;
+        o.seed = std::bit_cast<std::uint64_t>(
+            integer(field("seed"), std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()));
+    }
+    std::uint64_t steps = 0;
+    if (fields.contains("fp8/steps"))
+        steps = std::uint64_t(integer(field("steps"), 0, std::numeric_limits<std::int64_t>::max()));
     const auto count = std::size_t(integer(field("tensors"), 0, std::int64_t(max_tensors)));
     if (!fields.empty()) refuse(fields.begin()->first, "is not a value of FP8 scaling");
 
     Fp8Scaling scaling(o);
+    scaling.steps_ = steps;
     if (names.size() != count || scales.size() != count || (!names.empty() && names.rbegin()->first != count - 1) ||
         (!scales.empty() && scales.rbegin()->first != count - 1) ||
         (!histories.empty() && histories.rbegin()->first >= count))

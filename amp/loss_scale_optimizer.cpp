@@ -150,7 +150,9 @@ void LossScaleOptimizer::load_state(const optim::OptimizerState& state,
         const auto& mine = fp8_->options();
         const auto describe = [](const Fp8ScalingOptions& o) {
             return std::string(o.recipe == Fp8Recipe::delayed ? "delayed" : "current") + " recipe" +
-                   (o.scale_gradients ? "" : ", gradients unscaled");
+                   (o.scale_gradients ? "" : ", gradients unscaled") +
+                   (o.stochastic_gradients ? ", gradients rounded stochastically (seed " + std::to_string(o.seed) + ")"
+                                           : "");
         };
         if (saved != mine)
             throw std::invalid_argument("load_state: the state's FP8 scaling (" + describe(saved) +

@@ -26,7 +26,7 @@ Cast cast(const Tensor& t, const Fp8Cast& how, const char* what) {
     if (!(s > 0.0f) || !std::isfinite(s))
         throw std::invalid_argument(std::string("dense_fp8: the scale of the ") + what +
                                     " must be positive and finite, got " + std::to_string(s));
-    return {kernels::quantize(t, s, how.format, how.overflow), 1.0f / s};
+    return {kernels::quantize(t, s, how.format, how.overflow, how.stochastic), 1.0f / s};
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -16,11 +17,13 @@ namespace mixprec::autodiff {
 /// earlier steps and keeps this amax for its history; a current recipe computes the scale from it.
 /// The scale must be positive and finite. A cast saturates (the recipes with per-tensor scales), or turns
 /// an overflow into infinity, so that a loss scale sees it and skips the step (gradients a loss scale
-/// places, with scale 1).
+/// places, with scale 1). With a `stochastic` key it rounds stochastically (stochastic_rounding.hpp),
+/// drawing from that key's stream; to nearest even without one.
 struct Fp8Cast {
     Dtype format = Dtype::float8_e4m3;
     std::function<float(float amax)> scale;
     Overflow overflow = Overflow::saturate;
+    std::optional<std::uint64_t> stochastic{};
 };
 
 /// The casts of a dense layer's three FP8 tensors: its input and kernel (forward), and the gradient

@@ -5,6 +5,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/dtype.cpp
   autodiff/tensor/convert.cpp
   autodiff/tensor/rounding.cpp
+  autodiff/tensor/stochastic_rounding.cpp
   autodiff/tensor/mx.cpp
   autodiff/tensor/shape.cpp
   autodiff/tensor/tensor.cpp

@@ -9,10 +9,11 @@
 // runs to the memory system's speed. bench/report.py computes that ratio from the JSON output.
 //
 // MX block rounding (mx_round, mx_round_columns: float32 -> float32, 4 + 4 = 8 bytes, rows of 512 values)
-// runs next to the same copy; it is what an MXFP8 product adds to each operand.
+// runs next to the same copy; it is what an MXFP8 product adds to each operand. So does stochastic
+// rounding (narrow_stochastic, counted as narrow), the gradient cast of mixed_float8 when asked for.
 //
 // Names: narrow/<format>/<path>/<elements>, widen/<format>/<path>/<elements>, copy/float32/<elements>,
-// mx_round/<element>/<rows|columns>/<elements>.
+// mx_round/<element>/<rows|columns>/<elements>, narrow_stochastic/<format>/<path>/<elements>.
 
 #include <mixprec/mixprec.hpp>
 
@@ -124,6 +125,20 @@ void bm_narrow(benchmark::State& state, Dtype to, Isa path, std::size_t n) {
     state.SetLabel(std::string(name_of(path)));
 }
 
+void bm_narrow_stochastic(benchmark::State& state, Dtype to, std::size_t n) {
+    auto& d = data_for(n);
+    const auto* src = static_cast<const float*>(d.src.get());
+    void* dst = d.dst.get();
+    std::uint64_t key = 0;
+    for (auto _ : state) {
+        narrow_stochastic(src, dst, n, to, ++key, 0);
+        benchmark::DoNotOptimize(dst);
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * (4 + size_of(to))));
+    state.SetLabel("stochastic");
+}
+
 void bm_widen(benchmark::State& state, Dtype from, Isa path, std::size_t n) {
     auto& d = data_for(n);
     PathGuard guard(path);
@@ -180,6 +195,9 @@ int main(int argc, char** argv) {
             for (bool columns : {false, true})
                 add("mx_round/" + std::string(name_of(e)) + (columns ? "/columns/" : "/rows/") + size, n, bm_mx_round,
                     e, columns);
+        for (Dtype d : {Dtype::bfloat16, Dtype::float8_e5m2})
+            add("narrow_stochastic/" + std::string(name_of(d)) + "/" + std::string(name_of(best)) + "/" + size, n,
+                bm_narrow_stochastic, d);
         if (n == l2_elements && best != Isa::portable) // reference: the plain C++ kernels
             for (Dtype d : {Dtype::float16, Dtype::bfloat16})
                 add("narrow/" + std::string(name_of(d)) + "/portable/" + size, n, bm_narrow, d, Isa::portable);

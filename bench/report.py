@@ -79,7 +79,7 @@ def convert_table(samples):
             copies[int(key[2])] = summary(runs, "bytes_per_second")
     rows = []
     for key, runs in samples.items():
-        if key[0] not in ("narrow", "widen", "unscale", "mx_round"):
+        if key[0] not in ("narrow", "narrow_stochastic", "widen", "unscale", "mx_round"):
             continue
         op, dtype, path, n = key[0], key[1], key[2], int(key[3])
         per_element = 8 if op == "mx_round" else 4 + BYTES_PER_ELEMENT[dtype]
@@ -96,7 +96,7 @@ def convert_table(samples):
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     below = []
     for n, op, dtype, path, rate, crate, ratio, bratio, med, cmed, bytes_ratio in rows:
-        floor = None if path == "portable" or op == "mx_round" else CONVERT_FLOOR
+        floor = None if path == "portable" or op in ("mx_round", "narrow_stochastic") else CONVERT_FLOOR
         v = verdict(ratio, floor)
         if floor is not None and ratio < floor:
             below.append(f"{op} {dtype} ({path}, {n} elements): {ratio:.2f}x copy")

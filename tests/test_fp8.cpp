@@ -234,6 +234,29 @@ BOOST_AUTO_TEST_CASE(scaling_saves_small_gradients) {
     for (float v : scaled.to_floats()) BOOST_TEST(v != 0.0f);
 }
 
+// Gradients below half of e5m2's smallest subnormal all round to zero to nearest; rounded
+// stochastically, they survive on average: the kernel gradient Σ_batch x·dy keeps its expectation.
+BOOST_AUTO_TEST_CASE(stochastic_rounding_keeps_small_gradients_on_average) {
+    const std::size_t batch = 4096;
+    const Tensor x = Tensor::full(Shape{batch, 1}, 1.0f), w = Tensor::full(Shape{1, 1}, 1.0f);
+    const Tensor dy = Tensor::full(Shape{batch, 1}, 0x1p-19f); // 1/8 of the smallest subnormal, 2^-16
+    const auto kernel_gradient = [&](Fp8Cast grad) {
+        GradientTape tape;
+        tape.watch(w);
+        const Tensor y =
+            dense_fp8(x, w, std::nullopt, {fixed(Dtype::float8_e4m3, 1.0f), fixed(Dtype::float8_e4m3, 1.0f), grad});
+        return tape.gradient(y * dy, {w})[0].flat(0);
+    };
+    BOOST_TEST(kernel_gradient(fixed(Dtype::float8_e5m2, 1.0f)) == 0.0f);
+    Fp8Cast stochastic = fixed(Dtype::float8_e5m2, 1.0f);
+    stochastic.stochastic = 42;
+    const double got = kernel_gradient(stochastic), want = double(batch) * 0x1p-19;
+    // Each value becomes 2^-16 with probability 1/8: a binomial count of 2^-16 steps.
+    const double sigma = std::sqrt(batch * 0.125 * 0.875) * 0x1p-16;
+    BOOST_TEST(std::fabs(got - want) <= 6 * sigma, got << " against " << want);
+    BOOST_TEST(kernel_gradient(stochastic) == got); // the same stream, the same draws
+}
+
 BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
     const Tensor x(Shape{2, 3}), w(Shape{3, 4});
     const auto message_has = [](const char* part) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 using namespace mixprec;
@@ -132,6 +133,44 @@ BOOST_AUTO_TEST_CASE(gradients_left_to_the_loss_scale) {
     BOOST_TEST(Fp8Scaling::from_values(old).options().scale_gradients);
 }
 
+// With stochastic_gradients, each output gradient cast gets its own random stream: keyed by the seed,
+// the steps finished, the layer and its call in the step, so that a restored state draws the same.
+BOOST_AUTO_TEST_CASE(stochastic_gradient_casts_get_their_own_streams) {
+    BOOST_TEST(!Fp8Scaling().dense_casts("d").output_grad.stochastic.has_value());
+    Fp8Scaling s({.stochastic_gradients = true, .seed = 5});
+    const auto key = [](Fp8Scaling& f, const std::string& layer) {
+        return *f.dense_casts(layer).output_grad.stochastic;
+    };
+    const std::uint64_t first = key(s, "dense_1"), again = key(s, "dense_1"), other = key(s, "dense_2");
+    BOOST_TEST(!s.dense_casts("dense_1").input.stochastic.has_value()); // forward casts round to nearest
+    BOOST_TEST(first != again);
+    BOOST_TEST(first != other);
+    s.end_step();
+    BOOST_TEST(s.steps() == 1u);
+    Fp8Scaling restored = Fp8Scaling::from_values(s.values());
+    BOOST_TEST(restored.steps() == 1u);
+    BOOST_TEST(restored.options().seed == 5u);
+    const std::uint64_t next = key(s, "dense_1");
+    BOOST_TEST(next != first); // a new step, a new stream
+    BOOST_TEST(key(restored, "dense_1") == next);
+    Fp8Scaling other_seed({.stochastic_gradients = true, .seed = 6});
+    BOOST_TEST(key(other_seed, "dense_1") != first);
+    // The documented derivation.
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : std::string("dense_1/output_grad")) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    using autodiff::counter_bits;
+    BOOST_TEST(first == counter_bits(counter_bits(counter_bits(5, 0), h), 0));
+    BOOST_TEST(again == counter_bits(counter_bits(counter_bits(5, 0), h), 1));
+    // States saved before these values existed: nearest rounding, no steps counted.
+    std::vector<optim::StateValue> old = s.values();
+    std::erase_if(old, [](const optim::StateValue& v) {
+        return v.name == "fp8/stochastic_gradients" || v.name == "fp8/seed" || v.name == "fp8/steps";
+    });
+    const Fp8Scaling before = Fp8Scaling::from_values(old);
+    BOOST_TEST(!before.options().stochastic_gradients);
+    BOOST_TEST(before.steps() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(options_out_of_range_are_refused) {
     BOOST_CHECK_THROW(Fp8Scaling({.history_length = 0}), std::invalid_argument);
     BOOST_CHECK_THROW(Fp8Scaling({.history_length = 1025}), std::invalid_argument);
@@ -201,6 +240,11 @@ BOOST_AUTO_TEST_CASE(hostile_values_are_refused) {
     refused(add("fp8/scale/0", 1.0), "twice");
     refused(add("fp8/whatever", std::int64_t{1}), "fp8/whatever");
     refused([](std::vector<optim::StateValue>& v) { v.erase(v.begin()); }, "fp8/recipe");
+    refused(set("fp8/steps", std::int64_t{-1}), "fp8/steps");
+    refused(set("fp8/stochastic_gradients", std::int64_t{2}), "fp8/stochastic_gradients");
+    refused(set("fp8/seed", 1.5), "fp8/seed");
+    refused([](std::vector<optim::StateValue>& v) { std::erase_if(v, [](auto& x) { return x.name == "fp8/seed"; }); },
+            "fp8/seed");
 }
 
 // A LossScaleOptimizer that keeps FP8 scales saves them with its state, and refuses a state without them.

@@ -48,6 +48,8 @@ expect 2 "only --precision mixed_float8 has FP8" -- --fp8-recipe current
 expect 2 "--fp8-recipe: bogus not in"           -- --precision mixed_float8 --fp8-recipe bogus
 expect 2 "only --precision mixed_float8 scales" -- --fp8-gradient-scaling loss_scale
 expect 2 "to the loss scale: add --loss-scale dynamic" -- --precision mixed_float8 --fp8-gradient-scaling loss_scale
+expect 2 "only --precision mixed_float8 casts gradients" -- --precision mixed_mxfp8 --fp8-gradient-rounding stochastic
+expect 2 "fp8-gradient-rounding"              -- --precision mixed_float8 --fp8-gradient-rounding up
 expect 2 "'10' is not STEP:SCALE"             -- --min-scale-schedule 10
 expect 2 "'5:x' is not STEP:SCALE"            -- --min-scale-schedule 1:2,5:x
 expect 2 "'0:2' is not STEP:SCALE"            -- --min-scale-schedule 0:2
@@ -217,8 +219,11 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 2 "both set the weights" -- --initial-weights "$work/mlp.ckpt" --resume "$work/mlp.ckpt"
     # 6 steps straight, and 3 then --resume for 3 more, end with the same weights: for mixed_float8 with
     # delayed scaling (the amax histories and scales travel in the checkpoint), and for mixed_mxfp8.
-    for precision in mixed_float8 mixed_mxfp8 enhanced; do
+    # Also with stochastic rounding of the gradients (the step count that keys its streams travels too).
+    for precision in mixed_float8 mixed_mxfp8 enhanced stochastic; do
         run=(--precision "$precision" --threads 1 --quiet)
+        [ "$precision" = stochastic ] && run=(--precision mixed_float8 --fp8-gradient-rounding stochastic \
+            --seed 3 --threads 1 --quiet)
         # e5m2 gradients placed by a dynamic loss scale with a rising floor (the update count travels too)
         [ "$precision" = enhanced ] && run=(--precision mixed_float8 --fp8-gradient-scaling loss_scale \
             --loss-scale dynamic --min-scale-schedule 1:1024,5:65536 --threads 1 --quiet)
@@ -238,6 +243,8 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 1 "mixed_float8" -- --precision mixed_mxfp8 --max-steps 4 --quiet --resume "$work/mixed_float8.ckpt"
     expect 1 "FP8 scaling (delayed recipe) differs" -- --precision mixed_float8 --max-steps 4 --quiet \
         --resume "$work/mixed_float8.ckpt" --fp8-recipe current
+    expect 1 "rounded stochastically (seed 3)) differs" -- --precision mixed_float8 --max-steps 4 --quiet \
+        --resume "$work/stochastic.ckpt" --seed 4 --fp8-gradient-rounding stochastic
     expect 1 "safetensors file" -- --initial-weights "$work/mlp.ckpt" --epochs 0 --quiet
     "$trainer" --max-steps 1 --quiet --export-weights "$work/mlp.safetensors" >/dev/null 2>&1 || {
         echo "FAILED: a 1-step run to export weights"; failures=$((failures + 1)); }

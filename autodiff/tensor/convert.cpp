@@ -44,17 +44,21 @@ void check_count(const void* src, const void* dst, std::size_t n) {
 
 detail::tally_fn detail::tally_function() { return kernels_for(isa()).tally; }
 
+void detail::narrow_unrecorded(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
+    const auto& k = kernels_for(isa());
+    const auto i = static_cast<std::size_t>(to);
+    (overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i])(src, dst, n);
+}
+
 void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
     check_count(src, dst, n);
     if (n == 0) return;
+    RoundingRecorder* recorder = active_rounding_recorder();
+    if (recorder == nullptr) [[likely]]
+        return detail::narrow_unrecorded(src, dst, n, to, overflow);
     const auto& k = kernels_for(isa());
     const auto i = static_cast<std::size_t>(to);
     const detail::narrow_fn round = overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i];
-    RoundingRecorder* recorder = active_rounding_recorder();
-    if (recorder == nullptr) [[likely]] {
-        round(src, dst, n);
-        return;
-    }
     auto* out = static_cast<std::byte*>(dst);
     const std::size_t width = size_of(to);
     const detail::narrow_tally_fn fused = overflow == Overflow::saturate ? nullptr : k.narrow_tally[i];

@@ -1,6 +1,7 @@
 #include <mixprec/autodiff/tensor/kernels_quantize.hpp>
 
 #include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
+#include <mixprec/autodiff/tensor/stochastic_rounding.hpp>
 
 #include <array>
 #include <atomic>
@@ -31,7 +32,8 @@ float amax(const Tensor& x) {
     return std::bit_cast<float>(top.load());
 }
 
-Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow) {
+Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow,
+                std::optional<std::uint64_t> stochastic) {
     if (!(scale > 0.0f) || !std::isfinite(scale))
         throw std::invalid_argument("quantize: the scale must be positive and finite, got " + std::to_string(scale));
     if (size_of(format) >= size_of(Dtype::float32))
@@ -43,7 +45,10 @@ Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow) {
         std::array<float, detail::chunk> in, scaled;
         const float* v = detail::floats_at(x, i, n, in);
         for (std::size_t j = 0; j < n; ++j) scaled[j] = v[j] * scale;
-        narrow(scaled.data(), detail::bytes_at(out, i), n, format, overflow);
+        if (stochastic)
+            narrow_stochastic(scaled.data(), detail::bytes_at(out, i), n, format, *stochastic, i, overflow);
+        else
+            narrow(scaled.data(), detail::bytes_at(out, i), n, format, overflow);
     });
     return out;
 }

@@ -11,6 +11,9 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
+#include <cstdint>
+#include <optional>
+
 namespace mixprec::autodiff::kernels {
 
 /// The largest finite magnitude of x's values; 0 when x has none (empty, all zero, or only inf and NaN).
@@ -20,8 +23,10 @@ float amax(const Tensor& x);
 /// the hardware), then rounded to nearest even into `format`. Saturating by default: a magnitude beyond
 /// the format's largest finite, and ±infinity, become ± the largest finite (as CUDA's __NV_SATFINITE
 /// casts do); with Overflow::infinity they become ±infinity (NaN in e4m3), so that a loss scale sees the
-/// overflow. NaN stays NaN. `format` may be any dtype narrower than float32; std::invalid_argument for a
-/// scale that is not positive and finite.
-Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow = Overflow::saturate);
+/// overflow. NaN stays NaN. With a `stochastic` key the product is rounded stochastically instead
+/// (stochastic_rounding.hpp), element i drawing value i of that key's stream. `format` may be any dtype
+/// narrower than float32; std::invalid_argument for a scale that is not positive and finite.
+Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow = Overflow::saturate,
+                std::optional<std::uint64_t> stochastic = std::nullopt);
 
 } // namespace mixprec::autodiff::kernels

@@ -119,7 +119,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o, const 
     if (amp::Policy(o.precision).fp8_products())
         optimizer->scale_fp8({.recipe = o.fp8_recipe.value_or("delayed") == "current" ? amp::Fp8Recipe::current
                                                                                       : amp::Fp8Recipe::delayed,
-                              .scale_gradients = o.fp8_gradient_scaling.value_or("per_tensor") == "per_tensor"});
+                              .scale_gradients = o.fp8_gradient_scaling.value_or("per_tensor") == "per_tensor",
+                              .stochastic_gradients = o.fp8_gradient_rounding == "stochastic",
+                              .seed = o.seed});
     return optimizer;
 }
 

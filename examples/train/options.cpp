@@ -118,6 +118,8 @@ void check(const Options& o, bool dynamic_flags_given) {
         throw conflict("--fp8-recipe", "only --precision mixed_float8 has FP8 products to scale");
     if (o.fp8_gradient_scaling && o.precision != "mixed_float8")
         throw conflict("--fp8-gradient-scaling", "only --precision mixed_float8 scales FP8 gradients per tensor");
+    if (o.fp8_gradient_rounding && o.precision != "mixed_float8")
+        throw conflict("--fp8-gradient-rounding", "only --precision mixed_float8 casts gradients into FP8 per tensor");
     if (o.fp8_gradient_scaling == "loss_scale" && o.loss_scale != "dynamic")
         throw conflict("--fp8-gradient-scaling", "loss_scale leaves the e5m2 gradients to the loss scale: add "
                                                  "--loss-scale dynamic");
@@ -255,6 +257,10 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "How mixed_float8 places the e5m2 gradients: per_tensor (each scaled by the recipe) or loss_scale "
                    "(cast unscaled, placed by --loss-scale dynamic alone; see --min-scale-schedule)")
         ->check(CLI::IsMember({"per_tensor", "loss_scale"}));
+    app.add_option("--fp8-gradient-rounding", o.fp8_gradient_rounding,
+                   "How mixed_float8 rounds the e5m2 gradients: nearest (ties to even) or stochastic (up or down "
+                   "with probabilities that make it unbiased; the random streams follow --seed and resume exactly)")
+        ->check(CLI::IsMember({"nearest", "stochastic"}));
     app.add_option("--loss-scale", o.loss_scale,
                    "dynamic, per_layer (a scale per layer, from what each layer's gradients lose), none, a fixed "
                    "value, or auto (dynamic for float16 and cbfloat16, none otherwise)")

@@ -21,9 +21,10 @@ struct Options {
     std::int64_t epochs = 5;
     std::size_t batch_size = 128;
     std::uint64_t seed = 1;
-    std::optional<std::string> fp8_recipe;           ///< mixed_float8: delayed (default) | current
-    std::optional<std::string> fp8_gradient_scaling; ///< mixed_float8: per_tensor (default) | loss_scale
-    std::string loss_scale = "auto";                 ///< auto | dynamic | none | a fixed value
+    std::optional<std::string> fp8_recipe;            ///< mixed_float8: delayed (default) | current
+    std::optional<std::string> fp8_gradient_scaling;  ///< mixed_float8: per_tensor (default) | loss_scale
+    std::optional<std::string> fp8_gradient_rounding; ///< mixed_float8: nearest (default) | stochastic
+    std::string loss_scale = "auto";                  ///< auto | dynamic | none | a fixed value
     std::string loss_scale_preset = "mixprec";
     std::optional<float> initial_scale;
     std::optional<std::int64_t> growth_interval;

@@ -8,6 +8,7 @@
 
 namespace mixprec::autodiff {
 enum class Dtype : std::uint8_t;
+enum class Overflow : unsigned char;
 struct RoundingStats;
 } // namespace mixprec::autodiff
 
@@ -40,5 +41,8 @@ using tally_block_fn = std::function<void(std::size_t, std::size_t, const tally_
 /// The stats of rounding src[0, n) into `format`, counted block by block (so that a block is counted
 /// while in cache, right after it is rounded), with the exponent histogram if asked.
 RoundingStats tallied(const float* src, std::size_t n, Dtype format, bool histogram, const tally_block_fn& block);
+/// narrow() without recording: for a rounding that records what it did itself (stochastic_rounding.cpp
+/// narrows values it has already rounded, and counts by their originals).
+void narrow_unrecorded(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow);
 
 } // namespace mixprec::autodiff::detail
