@@ -1,5 +1,6 @@
 #include <mixprec/amp/fp8_scaling.hpp>
 
+#include <mixprec/amp/telemetry.hpp>
 #include <mixprec/autodiff/tensor/rng.hpp>
 
 #include <algorithm>
@@ -66,7 +67,14 @@ autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
         grad.stochastic = counter_bits(
             counter_bits(counter_bits(options_.seed, steps_), fnv1a64("/output_grad", fnv1a64(layer))), call);
     }
-    return {cast("input", options_.forward), cast("kernel", options_.forward), std::move(grad)};
+    autodiff::Fp8DenseCasts casts{cast("input", options_.forward), cast("kernel", options_.forward), std::move(grad)};
+    if (StepTelemetry::active() != nullptr) // a step that records telemetry: report what each cast did
+        for (auto [c, tensor] :
+             {std::pair{&casts.input, "input"}, {&casts.kernel, "kernel"}, {&casts.output_grad, "output_grad"}})
+            c->observe = [name = layer + "/fp8_" + tensor](const autodiff::RoundingStats& stats) {
+                if (StepTelemetry* t = StepTelemetry::active()) t->add(name, stats);
+            };
+    return casts;
 }
 
 float Fp8Scaling::scale_from(float amax, Dtype format, int margin) const {

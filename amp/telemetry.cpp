@@ -69,12 +69,16 @@ Telemetry StepTelemetry::collect(const autodiff::GradientTape& tape,
         t.add(layer.name + "/backward", tape.scope_stats(layer.name));
     }
     t.add("loss/backward", tape.scope_stats(""));
+    t += added_;
     return t;
 }
+
+void StepTelemetry::add(const std::string& name, const autodiff::RoundingStats& stats) { added_.add(name, stats); }
 
 void StepTelemetry::record(const autodiff::GradientTape& tape, const std::vector<autodiff::Variable>& variables) {
     result_ += collect(tape, variables);
     layers_.clear();
+    added_ = {};
 }
 
 } // namespace mixprec::amp

@@ -12,6 +12,9 @@
 ///   "<layer>/backward"     everything the backward functions of the layer's ops rounded: its weight and
 ///                          input gradients and the intermediate ones
 ///   "loss/backward"        the same for ops outside any layer: the loss, and a model's own ops
+///   "<layer>/fp8_input",   an FP8 layer's scaled casts of its input, its kernel and its output gradient
+///   "<layer>/fp8_kernel",  into float8_e4m3 / float8_e5m2 (autodiff/ops_fp8.hpp, amp/fp8_scaling.hpp):
+///   "<layer>/fp8_output_grad"  "overflow" counts the values that saturated
 ///
 /// Each entry is an autodiff::RoundingStats (count, zeros, underflow, subnormal, overflow, nonfinite,
 /// amax; optionally the exponent histogram): exact counts from the kernels that round (rounding.hpp).
@@ -75,6 +78,9 @@ class StepTelemetry {
 
     /// A layer call: `forward` is what its forward pass rounded, `output` what it returned.
     void layer_called(const std::string& layer, const autodiff::Tensor& output, const autodiff::RoundingStats& forward);
+    /// A rounding reported by name, outside the tape's and the layers' reckoning (the FP8 casts): added to
+    /// the entry `name`, after every other entry.
+    void add(const std::string& name, const autodiff::RoundingStats& stats);
 
     /// The step's telemetry (see the table above): each variable, then each layer in the order of its
     /// first call, then "loss/backward", from the gradients `tape` computed last. std::logic_error if
@@ -95,6 +101,7 @@ class StepTelemetry {
     autodiff::RoundingRecorderOptions options_;
     StepTelemetry* outer_;
     std::vector<Layer> layers_;
+    Telemetry added_;
     Telemetry result_;
 };
 

@@ -26,7 +26,17 @@ Cast cast(const Tensor& t, const Fp8Cast& how, const char* what) {
     if (!(s > 0.0f) || !std::isfinite(s))
         throw std::invalid_argument(std::string("dense_fp8: the scale of the ") + what +
                                     " must be positive and finite, got " + std::to_string(s));
-    return {kernels::quantize(t, s, how.format, how.overflow, how.stochastic), 1.0f / s};
+    if (!how.observe) return {kernels::quantize(t, s, how.format, how.overflow, how.stochastic), 1.0f / s};
+    RoundingStats stats;
+    Tensor q;
+    {
+        // Nested in any recorder already running, which receives what this one saw when it ends.
+        RoundingRecorder recorder({.writes = active_rounding_recorder() != nullptr});
+        q = kernels::quantize(t, s, how.format, how.overflow, how.stochastic);
+        stats = recorder.total();
+    }
+    how.observe(stats);
+    return {std::move(q), 1.0f / s};
 }
 
 } // namespace

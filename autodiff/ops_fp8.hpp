@@ -3,6 +3,7 @@
 /// torchao's Float8Linear), on operands cast by kernels::quantize.
 
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <cstdint>
@@ -18,12 +19,15 @@ namespace mixprec::autodiff {
 /// The scale must be positive and finite. A cast saturates (the recipes with per-tensor scales), or turns
 /// an overflow into infinity, so that a loss scale sees it and skips the step (gradients a loss scale
 /// places, with scale 1). With a `stochastic` key it rounds stochastically (stochastic_rounding.hpp),
-/// drawing from that key's stream; to nearest even without one.
+/// drawing from that key's stream; to nearest even without one. `observe`, when set, is called after the
+/// cast with what its rounding did to x · s (rounding.hpp: how many values saturated, underflowed, ...),
+/// counted by the kernel as it rounds.
 struct Fp8Cast {
     Dtype format = Dtype::float8_e4m3;
     std::function<float(float amax)> scale;
     Overflow overflow = Overflow::saturate;
     std::optional<std::uint64_t> stochastic{};
+    std::function<void(const RoundingStats&)> observe{};
 };
 
 /// The casts of a dense layer's three FP8 tensors: its input and kernel (forward), and the gradient

@@ -257,6 +257,24 @@ BOOST_AUTO_TEST_CASE(stochastic_rounding_keeps_small_gradients_on_average) {
     BOOST_TEST(kernel_gradient(stochastic) == got); // the same stream, the same draws
 }
 
+// An observed cast reports what its rounding did to x · s: saturated values count as overflow.
+BOOST_AUTO_TEST_CASE(an_observed_cast_reports_its_rounding) {
+    const Tensor x = Tensor::from_floats(Shape{2, 3}, std::vector<float>{1000.0f, -500.0f, 1e-4f, 1.0f, 0.0f, 3.0f});
+    const Tensor w = Tensor::full(Shape{3, 2}, 1.0f);
+    std::vector<RoundingStats> seen;
+    Fp8Cast input = fixed(Dtype::float8_e4m3, 1.0f);
+    input.observe = [&](const RoundingStats& s) { seen.push_back(s); };
+    RoundingRecorder outer;
+    dense_fp8(x, w, std::nullopt, {input, fixed(Dtype::float8_e4m3, 1.0f), fixed(Dtype::float8_e5m2, 1.0f)});
+    BOOST_TEST_REQUIRE(seen.size() == 1u);
+    BOOST_TEST(seen[0].count == 6u);
+    BOOST_TEST(seen[0].overflow == 2u);  // 1000 and -500 saturate at ±448
+    BOOST_TEST(seen[0].underflow == 1u); // 1e-4 is below half of e4m3's smallest subnormal, 2^-9
+    BOOST_TEST(seen[0].zeros == 1u);
+    BOOST_TEST(seen[0].amax == 1000.0f);
+    BOOST_TEST(outer.total().count == 12u); // the recorder outside still sees both casts
+}
+
 BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
     const Tensor x(Shape{2, 3}), w(Shape{3, 4});
     const auto message_has = [](const char* part) {

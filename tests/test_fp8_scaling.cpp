@@ -171,6 +171,26 @@ BOOST_AUTO_TEST_CASE(stochastic_gradient_casts_get_their_own_streams) {
     BOOST_TEST(before.steps() == 0u);
 }
 
+// In a step that records telemetry, each FP8 cast of a layer reports under "<layer>/fp8_<tensor>".
+BOOST_AUTO_TEST_CASE(telemetry_reports_each_cast) {
+    const auto x = autodiff::Tensor::full(autodiff::Shape{4, 8}, 2.0f);
+    const auto w = autodiff::Tensor::full(autodiff::Shape{8, 3}, 0.5f);
+    Fp8Scaling s({.recipe = Fp8Recipe::current});
+    BOOST_TEST(!s.dense_casts("d").input.observe); // no telemetry, no observing
+    amp::StepTelemetry telemetry;
+    autodiff::GradientTape tape({.telemetry = true});
+    tape.watch(w);
+    const autodiff::Tensor y = autodiff::dense_fp8(x, w, std::nullopt, s.dense_casts("d"));
+    tape.gradient(autodiff::sum(y), {w});
+    telemetry.record(tape, {});
+    const amp::Telemetry& t = telemetry.result();
+    BOOST_TEST(t["d/fp8_input"].count == 32u);
+    BOOST_TEST(t["d/fp8_kernel"].count == 24u);
+    BOOST_TEST(t["d/fp8_output_grad"].count == 12u);
+    BOOST_TEST(t["d/fp8_input"].amax == 2.0f * 224.0f); // x · s with s = 448 / 2
+    BOOST_TEST(t["d/fp8_output_grad"].underflow == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(options_out_of_range_are_refused) {
     BOOST_CHECK_THROW(Fp8Scaling({.history_length = 0}), std::invalid_argument);
     BOOST_CHECK_THROW(Fp8Scaling({.history_length = 1025}), std::invalid_argument);

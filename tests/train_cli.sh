@@ -199,6 +199,18 @@ for s in steps:
         assert set(t[n]) >= {"count", "underflow", "subnormal", "overflow", "amax"}, (s["step"], n, t.get(n))
     assert t["dense/kernel"]["count"] == 784 * 512, t["dense/kernel"]
 PY
+    # Under mixed_float8 the middle layer's three FP8 casts report too.
+    expect 0 "mixed_float8" -- "${small[@]/float32/mixed_float8}" --telemetry --max-steps 2 --log "$work/f.jsonl"
+    if "$python" - "$work/f.jsonl" <<'PY'; then echo "ok: --telemetry logs the FP8 casts"; else failures=$((failures + 1)); fi
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1]) if line.startswith('{"step"')]
+assert len(steps) == 2, steps
+for s in steps:
+    t = s["telemetry"]
+    counts = {n: t["dense_1/fp8_" + n]["count"] for n in ("input", "kernel", "output_grad")}
+    assert counts == {"input": 8 * 512, "kernel": 512 * 512, "output_grad": 8 * 512}, counts
+    assert "dense/fp8_input" not in t and "dense_2/fp8_input" not in t  # first and last stay bfloat16
+PY
     # --loss-scale per_layer trains, in mixed_float16.
     expect 0 "loss scaling per layer (initial 32768)" -- "${small[@]/float32/mixed_float16}" --loss-scale per_layer \
         --max-steps 3

@@ -77,7 +77,9 @@ std::vector<Grouped> group(std::span<const TelemetryPoint> points, std::vector<s
         if (!p.telemetry) continue;
         Grouped g{p.step, p.loss_scale, {}};
         for (const auto& [name, s] : p.telemetry->entries()) {
-            if (ends_with(name, "/forward") || ends_with(name, "/backward")) continue;
+            // FP8 casts are in other formats than the ranges drawn
+            if (ends_with(name, "/forward") || ends_with(name, "/backward") || name.find("/fp8_") != name.npos)
+                continue;
             const bool is_output = ends_with(name, output);
             const std::size_t i =
                 index(is_output ? name.substr(0, name.size() - output.size()) : layer_of(name, called));
