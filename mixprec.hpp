@@ -59,6 +59,7 @@
 #include <mixprec/models/io/weights.hpp>
 #include <mixprec/models/layers/attention.hpp>
 #include <mixprec/models/layers/embedding.hpp>
+#include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/layer.hpp>
 #include <mixprec/models/layers/layers_conv.hpp>

@@ -1,5 +1,6 @@
 #include <mixprec/autodiff/ops_conv.hpp>
 
+#include <mixprec/autodiff/detail/fp8_cast.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
@@ -244,7 +245,7 @@ void over_batch(const geometry& g, Part part) {
 }
 
 template <class T>
-void forward(const geometry& g, const T* x, const T* w, const float* bias, Tensor& y) {
+void forward(const geometry& g, const T* x, const T* w, const float* bias, float alpha, Tensor& y) {
     over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
         const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
         T* cols = scratch<T>(0, k * most * l);
@@ -253,12 +254,12 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, Tenso
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
             for (std::size_t b = 0; b < nb; ++b) im2col(g, x + (n0 + b) * image, row, b, cols);
             gemm(g.o, row, k, false, false, w, cols, prod); // (O, nb·L) = w · cols
-            for (std::size_t b = 0; b < nb; ++b) {          // y[n0 + b] = prod[:, b·L : (b+1)·L] + bias, rounded once
+            for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = alpha · prod[:, b·L : (b+1)·L] + bias, rounded once
                 float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
                 for (std::size_t o = 0; o < g.o; ++o) {
                     const float* src = prod + o * row + b * l;
                     const float add = bias ? bias[o] : 0.0f;
-                    for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] + add;
+                    for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] * alpha + add;
                 }
                 commit(y, (n0 + b) * g.o * l, dst, g.o * l);
             }
@@ -269,6 +270,7 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, Tenso
 struct conv_grads {
     Tensor* dx;     // (N, C, H, W), or null when not wanted
     float *dw, *db; // (O, C·kh·kw), (O) or null
+    float dx_alpha; // dx's sums are multiplied by this before they are rounded
 };
 
 template <class T>
@@ -305,6 +307,8 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
             for (std::size_t b = 0; b < nb; ++b) {
                 float* dx = workspace(*d.dx, (n0 + b) * image, image, true);
                 col2im(g, dcols, row, b, dx);
+                if (d.dx_alpha != 1.0f)
+                    for (std::size_t i = 0; i < image; ++i) dx[i] *= d.dx_alpha;
                 commit(*d.dx, (n0 + b) * image, dx, image);
             }
         }
@@ -354,56 +358,124 @@ const void* onednn_operand(const Tensor& t, route r, std::size_t slot) {
     return r == route::onednn_bf16 ? t.raw() : floats_of(t, slot);
 }
 
-} // namespace
-
-Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
-    const geometry g = check(x, w, bias, options);
-    const route r = route_of(g, x.dtype(), options.backend);
-    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, x.dtype());
-    const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
+/// The forward pass on route r: y = alpha · (w ⊛ x) + bias in `out`, every sum in float32 and each
+/// result rounded once.
+Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w, const float* b, float alpha,
+                   Dtype out) {
+    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, out);
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
         float* wide = workspace(y, 0, y.size(), false);
         detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                    onednn_operand(w, r, widened_w), b, wide);
+                                    onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
+        if (alpha != 1.0f) // the bias after the scale, as on the im2col route
+            for (std::size_t n = 0; n < g.n; ++n)
+                for (std::size_t o = 0; o < g.o; ++o) {
+                    float* v = wide + (n * g.o + o) * g.l();
+                    const float add = b ? b[o] : 0.0f;
+                    for (std::size_t i = 0; i < g.l(); ++i) v[i] = v[i] * alpha + add;
+                }
         commit(y, 0, wide, y.size());
         break;
     }
     case route::im2col_bf16:
-        forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, y);
+        forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, alpha, y);
         break;
     case route::im2col_f32:
-        forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, y);
+        forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, alpha, y);
         break;
     }
+    return y;
+}
+
+/// The backward pass on route r for the output gradient dy: {dx (when the tape wants it) in dx_dtype, dw
+/// in dw_dtype, and dbias from dy when `bias`}, the sums of dx and dw multiplied by dx_alpha and dw_alpha
+/// before their one rounding.
+Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
+                       Dtype dx_dtype, Dtype dw_dtype, float dx_alpha = 1.0f, float dw_alpha = 1.0f) {
+    // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
+    std::optional<Tensor> dx;
+    if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), dx_dtype);
+    float_result dw(w.shape(), dw_dtype);
+    std::optional<float_result> db;
+    if (bias) db.emplace(Shape{g.o}, dw_dtype);
+    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha};
+    switch (r) {
+    case route::onednn_bf16:
+    case route::onednn_f32: {
+        float* wide = dx ? workspace(*dx, 0, dx->size(), false) : nullptr;
+        detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                     onednn_operand(w, r, widened_w), onednn_operand(dy, r, widened_other), wide,
+                                     dw.data, db ? db->data : nullptr);
+        if (dx && dx_alpha != 1.0f)
+            for (std::size_t i = 0; i < dx->size(); ++i) wide[i] *= dx_alpha;
+        if (dx) commit(*dx, 0, wide, dx->size());
+        break;
+    }
+    case route::im2col_bf16:
+        backward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), dy.data<bfloat16>().data(), d);
+        break;
+    case route::im2col_f32:
+        backward(g, floats_of(x, widened_x), floats_of(w, widened_w), floats_of(dy, widened_other), d);
+        break;
+    }
+    if (dw_alpha != 1.0f)
+        for (std::size_t i = 0; i < w.size(); ++i) dw.data[i] *= dw_alpha;
+    Gradients result{dx, dw.finish()};
+    if (db) result.push_back(db->finish());
+    return result;
+}
+
+/// Σ_{n,i,j} dy[n, o, i, j] for each output channel o, in float32, rounded once into `dtype`.
+Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
+    float_result db(Shape{g.o}, dtype);
+    const float* v = floats_of(dy, widened_other);
+    for (std::size_t n = 0; n < g.n; ++n)
+        for (std::size_t o = 0; o < g.o; ++o) {
+            const float* p = v + (n * g.o + o) * g.l();
+            float s = 0;
+            for (std::size_t i = 0; i < g.l(); ++i) s += p[i];
+            db.data[o] += s;
+        }
+    return db.finish();
+}
+
+} // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
+    const geometry g = check(x, w, bias, options);
+    const route r = route_of(g, x.dtype(), options.backend);
+    const Tensor y = run_forward(g, r, x, w, bias ? floats_of(*bias, widened_other) : nullptr, 1.0f, x.dtype());
     const auto grads = [x, w, has_bias = bias.has_value(), g, r](const Tensor& dy) {
-        // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
-        std::optional<Tensor> dx;
-        if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), x.dtype());
-        float_result dw(w.shape(), w.dtype());
-        std::optional<float_result> db;
-        if (has_bias) db.emplace(Shape{g.o}, w.dtype());
-        const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr};
-        switch (r) {
-        case route::onednn_bf16:
-        case route::onednn_f32: {
-            float* wide = dx ? workspace(*dx, 0, dx->size(), false) : nullptr;
-            detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                         onednn_operand(w, r, widened_w), onednn_operand(dy, r, widened_other), wide,
-                                         dw.data, db ? db->data : nullptr);
-            if (dx) commit(*dx, 0, wide, dx->size());
-            break;
-        }
-        case route::im2col_bf16:
-            backward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), dy.data<bfloat16>().data(), d);
-            break;
-        case route::im2col_f32:
-            backward(g, floats_of(x, widened_x), floats_of(w, widened_w), floats_of(dy, widened_other), d);
-            break;
-        }
-        Gradients result{dx, dw.finish()};
-        if (db) result.push_back(db->finish());
+        return run_backward(g, r, x, w, dy, has_bias, x.dtype(), w.dtype());
+    };
+    if (bias) {
+        if (should_record({&x, &w, &*bias})) record(y, {&x, &w, &*bias}, grads);
+    } else if (should_record({&x, &w})) {
+        record(y, {&x, &w}, grads);
+    }
+    return y;
+}
+
+Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Fp8DenseCasts& casts,
+                  Conv2dOptions options) {
+    const geometry g = check(x, w, bias, options);
+    const detail::Fp8Operand qx = detail::fp8_operand(x, casts.input, "conv2d_fp8", "input"),
+                             qw = detail::fp8_operand(w, casts.kernel, "conv2d_fp8", "kernel");
+    const route r = route_of(g, qx.q.dtype(), options.backend); // FP8 operands: a float32 route
+    const Tensor y = run_forward(g, r, qx.q, qw.q, bias ? floats_of(*bias, widened_other) : nullptr,
+                                 qx.inverse * qw.inverse, x.dtype());
+    const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, r, x_dtype = x.dtype(),
+                        w_dtype = w.dtype()](const Tensor& dy) {
+        Gradients result(has_bias ? 3 : 2);
+        if (has_bias && gradient_needed(2)) result[2] = bias_gradient(g, dy, w_dtype); // from dy, not its cast
+        if (!gradient_needed(0) && !gradient_needed(1)) return result;
+        const detail::Fp8Operand qg = detail::fp8_operand(dy, grad, "conv2d_fp8", "output gradient");
+        Gradients d = run_backward(g, r, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, qg.inverse * qw.inverse,
+                                   qx.inverse * qg.inverse);
+        result[0] = std::move(d[0]);
+        result[1] = std::move(d[1]);
         return result;
     };
     if (bias) {

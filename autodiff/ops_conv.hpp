@@ -17,6 +17,7 @@
 /// The input's gradient is computed only when a tape wants it (gradient_needed, tape.hpp), so a first
 /// layer fed with data pays for dw and dbias alone.
 
+#include <mixprec/autodiff/ops_fp8.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <array>
@@ -47,5 +48,20 @@ struct Conv2dOptions {
 /// or an input smaller than the dilated kernel; dtype_error unless x, w and bias share a dtype.
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
               Conv2dOptions options = {});
+
+/// conv2d with its products in FP8 and per-tensor scales, as dense_fp8 (ops_fp8.hpp) does a dense layer's:
+///
+///   q_x = fp8(x s_x), q_w = fp8(w s_w):  y  = (q_w ⊛ q_x) / (s_x s_w) + bias       in x's dtype
+///   q_g = fp8(dy s_g):                   dx = col2im(q_wᵀ · q_g) / (s_g s_w)        in x's dtype
+///                                        dw = (q_g · colsᵀ(q_x)) / (s_x s_g)        in w's dtype
+///                                        dbias = Σ dy                               (from dy, not q_g)
+///
+/// The FP8 values multiply exactly in float32 and are summed in float32 (on oneDNN's float32 primitives
+/// with ConvBackend::onednn, else im2col and sgemm); each sum is multiplied by its 1/(s_a s_b) in float32,
+/// the bias added, and each result rounded once. The backward pass reuses q_x and q_w, and gradients pass
+/// straight through the casts. `casts` are a dense layer's: input, kernel, output gradient. Errors as
+/// conv2d's, and std::invalid_argument for a scale that is not positive and finite.
+Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Fp8DenseCasts& casts,
+                  Conv2dOptions options = {});
 
 } // namespace mixprec::autodiff

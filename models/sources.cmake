@@ -5,6 +5,7 @@ target_sources(mixprec PRIVATE
   models/layers/layer.cpp
   models/layers/initializers.cpp
   models/layers/layers_core.cpp
+  models/layers/products.cpp
   models/layers/layers_conv.cpp
   models/layers/pooling.cpp
   models/layers/layers_norm.cpp

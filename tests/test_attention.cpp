@@ -486,3 +486,44 @@ BOOST_AUTO_TEST_CASE(vit_mixed_float16_close_to_float32) {
     for (float v : b) largest = std::max(largest, double(std::fabs(v)));
     for (std::size_t i = 0; i < a.size(); ++i) BOOST_TEST(std::fabs(a[i] - b[i]) <= 0.02 * largest);
 }
+
+// Under mixed_float8 the built-in vit's blocks run their four projections in FP8 (per-tensor casts named
+// after each product); the first and last Dense stay in bfloat16, and set_fp8(false) on a block keeps it
+// there too. The attention's own products stay in bfloat16.
+BOOST_AUTO_TEST_CASE(vit_blocks_project_in_fp8_under_mixed_float8) {
+    models::Sequential model = models::vit();
+    {
+        struct Restore {
+            ~Restore() { amp::set_global_policy("float32"); }
+        } restore;
+        amp::set_global_policy("mixed_float8");
+        model.build(Shape{1, 28, 28}, 5);
+    }
+    const Tensor x = random(Shape{2, 1, 28, 28}, 0.0f, 1.0f, 151);
+    amp::Fp8Scaling scaling;
+    model(x, {.fp8 = &scaling});
+    std::vector<std::string> names;
+    for (const auto& [name, t] : scaling.tensors()) names.push_back(name);
+    const std::vector<std::string> want{"transformer_block/attention/output/input",
+                                        "transformer_block/attention/output/kernel",
+                                        "transformer_block/attention/qkv/input",
+                                        "transformer_block/attention/qkv/kernel",
+                                        "transformer_block/mlp1/input",
+                                        "transformer_block/mlp1/kernel",
+                                        "transformer_block/mlp2/input",
+                                        "transformer_block/mlp2/kernel",
+                                        "transformer_block_1/attention/output/input",
+                                        "transformer_block_1/attention/output/kernel",
+                                        "transformer_block_1/attention/qkv/input",
+                                        "transformer_block_1/attention/qkv/kernel",
+                                        "transformer_block_1/mlp1/input",
+                                        "transformer_block_1/mlp1/kernel",
+                                        "transformer_block_1/mlp2/input",
+                                        "transformer_block_1/mlp2/kernel"};
+    BOOST_TEST(names == want, boost::test_tools::per_element());
+    dynamic_cast<TransformerBlock&>(model.layer("transformer_block")).set_fp8(false);
+    amp::Fp8Scaling second;
+    model(x, {.fp8 = &second});
+    BOOST_TEST(second.tensors().size() == 8u);
+    BOOST_TEST(second.tensors().count("transformer_block/mlp1/input") == 0u);
+}

@@ -37,6 +37,24 @@ float scaled_cast(float x, float s, Dtype format) {
                                         : float(float8_e5m2::saturating(scaled));
 }
 
+/// Integers in [-range, range], exact in every format here.
+Tensor integer_tensor(const Shape& shape, int range, unsigned seed, Dtype dtype) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> dist(-range, range);
+    std::vector<float> v(shape.elements());
+    for (float& x : v) x = float(dist(gen));
+    return Tensor::from_floats(shape, v, dtype);
+}
+
+/// a and b have the same shape, dtype and bits.
+bool same_bits(const Tensor& a, const Tensor& b) {
+    if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+    const std::vector<float> x = a.to_floats(), y = b.to_floats();
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (std::bit_cast<std::uint32_t>(x[i]) != std::bit_cast<std::uint32_t>(y[i])) return false;
+    return true;
+}
+
 /// A scale function that returns `s` and remembers the amax it was given.
 Fp8Cast fixed(Dtype format, float s, float* seen = nullptr) {
     return {format, [s, seen](float amax) {
@@ -162,11 +180,7 @@ BOOST_AUTO_TEST_CASE(matmul_alpha_and_mixed_fp8_operands) {
 // and its gradients equal dense's bit for bit: the casts pass gradients straight through.
 BOOST_AUTO_TEST_CASE(exact_operands_give_dense_bit_for_bit) {
     const auto integers = [](const Shape& shape, int range, unsigned seed) {
-        std::mt19937 gen(seed);
-        std::uniform_int_distribution<int> dist(-range, range);
-        std::vector<float> v(shape.elements());
-        for (float& x : v) x = float(dist(gen));
-        return Tensor::from_floats(shape, v);
+        return integer_tensor(shape, range, seed, Dtype::float32);
     };
     const Tensor x = integers(Shape{4, 3, 16}, 8, 4), w = integers(Shape{16, 5}, 4, 5), b = integers(Shape{5}, 9, 6);
     const Tensor c = integers(Shape{4, 3, 5}, 3, 7); // dy
@@ -288,6 +302,82 @@ BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
                            fixed(Dtype::float8_e5m2, 1.0f)};
     BOOST_CHECK_EXCEPTION(dense_fp8(x, Tensor(Shape{3}), std::nullopt, ok), shape_error, message_has("(3)"));
     BOOST_CHECK_EXCEPTION(dense_fp8(x, Tensor(Shape{4, 4}), std::nullopt, ok), shape_error, message_has("(2, 3)"));
+}
+
+// ---- Convolutions in FP8 (conv2d_fp8) ----
+
+// On either backend, each result is conv2d's float32 sums of the quantized operands, times its
+// 1/(s_a s_b), plus the bias, rounded once; the bias gradient is summed from dy itself.
+BOOST_AUTO_TEST_CASE(conv_products_are_those_of_the_quantized_operands) {
+    for (const ConvBackend backend : {ConvBackend::im2col, ConvBackend::onednn})
+        for (const Dtype dtype : {Dtype::float32, Dtype::bfloat16}) {
+            const Tensor x = random_tensor(Shape{2, 3, 7, 7}, 3.0f, 31, dtype);
+            const Tensor w = random_tensor(Shape{4, 3, 3, 3}, 0.2f, 32, dtype);
+            const Tensor b = random_tensor(Shape{4}, 0.5f, 33, dtype);
+            const Tensor dy = random_tensor(Shape{2, 4, 5, 5}, 1e-3f, 34, dtype);
+            const float sx = 448.0f / kernels::amax(x), sw = 448.0f / kernels::amax(w);
+            const float sg = 57344.0f / kernels::amax(dy);
+            const Fp8DenseCasts casts{fixed(Dtype::float8_e4m3, sx), fixed(Dtype::float8_e4m3, sw),
+                                      fixed(Dtype::float8_e5m2, sg)};
+            Conv2dOptions options;
+            options.backend = backend;
+            GradientTape tape;
+            for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+            const Tensor y = conv2d_fp8(x, w, b, casts, options);
+            const std::vector<Tensor> g = tape.gradient(y * dy, {x, w, b});
+
+            // The reference: float32 convolutions of the FP8 values, scaled and rounded here.
+            const auto widened = [](const Tensor& q) { return Tensor::from_floats(q.shape(), q.to_floats()); };
+            const Tensor qx = widened(kernels::quantize(x, sx, Dtype::float8_e4m3));
+            const Tensor qw = widened(kernels::quantize(w, sw, Dtype::float8_e4m3));
+            const Tensor qg = widened(kernels::quantize(dy, sg, Dtype::float8_e5m2));
+            GradientTape reference;
+            reference.watch(qx);
+            reference.watch(qw);
+            const Tensor sums = conv2d(qx, qw, std::nullopt, options);
+            const std::vector<Tensor> dsums = reference.gradient(sums * qg, {qx, qw});
+            const auto scaled = [&](const Tensor& t, float alpha, const std::vector<float>* bias) {
+                std::vector<float> v = t.to_floats();
+                const std::size_t per = bias ? v.size() / (2 * 4) : 1;
+                for (std::size_t i = 0; i < v.size(); ++i) v[i] = v[i] * alpha + (bias ? (*bias)[i / per % 4] : 0.0f);
+                return Tensor::from_floats(t.shape(), v, dtype);
+            };
+            const std::vector<float> bias = b.to_floats();
+            BOOST_TEST(same_bits(y, scaled(sums, (1.0f / sx) * (1.0f / sw), &bias)));
+            BOOST_TEST(same_bits(g[0], scaled(dsums[0], (1.0f / sg) * (1.0f / sw), nullptr)));
+            BOOST_TEST(same_bits(g[1], scaled(dsums[1], (1.0f / sx) * (1.0f / sg), nullptr)));
+            std::vector<float> db(4, 0.0f);
+            const std::vector<float> d = dy.to_floats();
+            for (std::size_t n = 0; n < 2; ++n)
+                for (std::size_t o = 0; o < 4; ++o) {
+                    float sum = 0;
+                    for (std::size_t i = 0; i < 25; ++i) sum += d[(n * 4 + o) * 25 + i];
+                    db[o] += sum;
+                }
+            BOOST_TEST(same_bits(g[2], Tensor::from_floats(Shape{4}, db, dtype)));
+        }
+}
+
+// Integer operands with power-of-two scales cast exactly: conv2d_fp8 gives conv2d's results bit for bit.
+BOOST_AUTO_TEST_CASE(conv_exact_operands_give_conv2d_bit_for_bit) {
+    const auto integers = [](const Shape& shape, int range, unsigned seed) {
+        return integer_tensor(shape, range, seed, Dtype::bfloat16);
+    };
+    const Tensor x = integers(Shape{2, 2, 6, 6}, 8, 41), w = integers(Shape{3, 2, 3, 3}, 4, 42);
+    const Tensor b = integers(Shape{3}, 9, 43), dy = integers(Shape{2, 3, 4, 4}, 3, 44);
+    const Fp8DenseCasts casts{fixed(Dtype::float8_e4m3, 4.0f), fixed(Dtype::float8_e4m3, 8.0f),
+                              fixed(Dtype::float8_e5m2, 0.25f)};
+    const auto run = [&](bool fp8) {
+        GradientTape tape;
+        for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+        const Tensor y = fp8 ? conv2d_fp8(x, w, b, casts) : conv2d(x, w, b);
+        std::vector<Tensor> out = tape.gradient(y * dy, {x, w, b});
+        out.push_back(y);
+        return out;
+    };
+    const std::vector<Tensor> plain = run(false), fp8 = run(true);
+    for (std::size_t i = 0; i < plain.size(); ++i) BOOST_TEST(same_bits(fp8[i], plain[i]), "result " << i);
+    BOOST_CHECK_THROW(conv2d_fp8(x, w, b, {}), std::invalid_argument);
 }
 
 // ---- MXFP8 products (dense_mxfp8) ----

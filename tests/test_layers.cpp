@@ -306,6 +306,32 @@ BOOST_AUTO_TEST_CASE(dense_multiplies_in_fp8_under_mixed_float8) {
     BOOST_TEST(scaling.tensors().count("dense/input") == 1u);
 }
 
+// Under mixed_float8 a Conv2D takes part in the edge rule as a Dense does: the first and last layers
+// with products stay in bfloat16, and the middle convolution runs conv2d_fp8.
+BOOST_AUTO_TEST_CASE(conv2d_convolves_in_fp8_under_mixed_float8) {
+    amp::Policy fp8("mixed_float8");
+    Sequential model{Conv2D(3, {3, 3}, "relu"), Conv2D(4, {3, 3}, "relu"), Flatten(), Dense(5, "relu"), Dense(2)};
+    for (const auto& l : model.layers()) l->set_policy(fp8);
+    model.build(Shape{2, 8, 8}, 7);
+    const Tensor x = random(Shape{3, 2, 8, 8}, -1.0f, 1.0f, 8);
+    amp::Fp8Scaling scaling({.recipe = amp::Fp8Recipe::current});
+    model(x, {.fp8 = &scaling});
+    amp::Fp8Scaling delayed;
+    model(x, {.fp8 = &delayed});
+    BOOST_TEST(delayed.tensors().size() == 4u); // conv2d_1 and dense: input and kernel each
+    BOOST_TEST(delayed.tensors().count("conv2d_1/kernel") == 1u);
+    BOOST_TEST(delayed.tensors().count("dense/kernel") == 1u);
+    auto& first = dynamic_cast<Conv2D&>(model.layer("conv2d"));
+    auto& middle = dynamic_cast<Conv2D&>(model.layer("conv2d_1"));
+    BOOST_TEST(!first.fp8());
+    BOOST_TEST(middle.fp8());
+    const Tensor h = first(cast(x, Dtype::bfloat16));
+    const std::vector<Variable> v = middle.variables();
+    const Tensor want = relu(conv2d_fp8(h, v[0].read(), v[1].read(), scaling.dense_casts("conv2d_1")));
+    BOOST_TEST(same_bits(middle(h, {.fp8 = &scaling}), want));
+    BOOST_TEST(!same_bits(middle(h), want)); // without scales: bfloat16
+}
+
 // Under mixed_mxfp8, a model's middle Dense multiplies MXFP8 operands in training and evaluation alike (no
 // scales to hand over); the first and last stay in bfloat16, and set_fp8(false) exempts any layer.
 BOOST_AUTO_TEST_CASE(dense_multiplies_in_mx_under_mixed_mxfp8) {

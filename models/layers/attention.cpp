@@ -4,6 +4,7 @@
 #include <mixprec/models/layers/attention.hpp>
 
 #include <mixprec/models/layers/detail/checks.hpp>
+#include <mixprec/models/layers/detail/products.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
@@ -52,12 +53,12 @@ Shape MultiHeadSelfAttention::do_build(const Shape& input_shape, Rng& init_rng) 
     return input_shape;
 }
 
-Tensor MultiHeadSelfAttention::forward(const Tensor& x, const CallContext&) {
+Tensor MultiHeadSelfAttention::forward(const Tensor& x, const CallContext& call) {
     const std::size_t batch = x.shape()[0], tokens = x.shape()[1], heads = heads_, key_dim = key_dim_;
     const std::size_t inner = heads * key_dim;
 
     // (B, T, 3HK) -> (3, B, H, T, K): queries, keys and values, each (B·H, T, K) after the split.
-    Tensor qkv = ad::dense(x, variables_[0].read(), variables_[1].read());
+    Tensor qkv = detail::product(x, variables_[0].read(), variables_[1].read(), policy(), fp8(), call, name() + "/qkv");
     qkv = ad::transpose(ad::reshape(qkv, Shape{batch, tokens, 3, heads, key_dim}), {2, 0, 3, 1, 4});
     const Shape per_head{batch * heads, tokens, key_dim};
     const Tensor q = ad::scale(ad::reshape(ad::slice(qkv, 0, 0, 1), per_head),
@@ -70,7 +71,8 @@ Tensor MultiHeadSelfAttention::forward(const Tensor& x, const CallContext&) {
 
     // (B, H, T, K) -> (B, T, H, K): heads side by side, then the output projection.
     context = ad::transpose(ad::reshape(context, Shape{batch, heads, tokens, key_dim}), {0, 2, 1, 3});
-    return ad::dense(ad::reshape(context, Shape{batch, tokens, inner}), variables_[2].read(), variables_[3].read());
+    return detail::product(ad::reshape(context, Shape{batch, tokens, inner}), variables_[2].read(),
+                           variables_[3].read(), policy(), fp8(), call, name() + "/output");
 }
 
 } // namespace mixprec::models

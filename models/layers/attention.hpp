@@ -21,7 +21,13 @@
 /// small; bfloat16 has float32's range and never overflows here. In the backward pass the gradients of
 /// the scores carry the loss scale like every other gradient: an overflow there is an ordinary inf
 /// gradient, which the LossScaleOptimizer detects and answers by skipping the step and backing off.
+///
+/// FP8. Under a policy with FP8 products, where fp8() (fp8_choice.hpp), the two projections (qkv, output)
+/// multiply in FP8 as a Dense does: per-tensor scales under mixed_float8 (casts named "<name>/qkv/input",
+/// …, "<name>/output/output_grad"), MX blocks under mixed_mxfp8. The attention products q kᵀ and A v
+/// and the softmax stay in the compute dtype, as in Transformer Engine's FP8 recipes.
 
+#include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/layer.hpp>
 
 #include <cstddef>
@@ -30,7 +36,7 @@
 
 namespace mixprec::models {
 
-class MultiHeadSelfAttention : public Layer {
+class MultiHeadSelfAttention : public Layer, public Fp8Choice {
   public:
     /// `heads` ≥ 1 heads of width `key_dim` each; key_dim = 0 means D / heads, fixed at build.
     /// std::invalid_argument when heads is 0.

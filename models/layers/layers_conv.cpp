@@ -117,14 +117,18 @@ Shape Conv2D::do_build(const Shape& input_shape, Rng& init_rng) {
     return Shape{filters_, out[0], out[1]};
 }
 
-Tensor Conv2D::forward(const Tensor& x, const CallContext&) {
+Tensor Conv2D::forward(const Tensor& x, const CallContext& context) {
     // conv2d pads both sides equally: the odd zero row/column of "same" is appended here first.
     const Tensor padded = pad_end(pad_end(x, 2, pad_after_[0] - pad_before_[0]), 3, pad_after_[1] - pad_before_[1]);
     autodiff::Conv2dOptions options;
     options.stride = stride_;
     options.padding = pad_before_;
     const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
-    return apply_activation(autodiff::conv2d(padded, kernel_var_->read(), bias, options), activation_);
+    const bool in_fp8 = context.fp8 != nullptr && policy().fp8_products() && fp8();
+    return apply_activation(
+        in_fp8 ? autodiff::conv2d_fp8(padded, kernel_var_->read(), bias, context.fp8->dense_casts(name()), options)
+               : autodiff::conv2d(padded, kernel_var_->read(), bias, options),
+        activation_);
 }
 
 } // namespace mixprec::models

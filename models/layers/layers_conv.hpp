@@ -2,6 +2,7 @@
 /// The convolution layer over images, as Keras's Conv2D but channels first: examples have shape (C, H, W)
 /// and batches (N, C, H, W), the layout of autodiff::conv2d. The pooling layers are in pooling.hpp.
 
+#include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/layer.hpp>
 
 #include <array>
@@ -17,7 +18,10 @@ namespace mixprec::models {
 /// when the total is odd, at the bottom/right).
 /// W starts glorot_uniform with Keras's fans, fan_in = C·kh·kw and fan_out = filters·kh·kw; b at zeros.
 /// Variables "<name>/kernel", "<name>/bias".
-class Conv2D final : public Layer {
+/// Under mixed_float8, where fp8() (fp8_choice.hpp) and a training step gives it scales, it convolves in
+/// FP8 with per-tensor scales (autodiff::conv2d_fp8). Under mixed_mxfp8 it stays in the compute dtype: MX
+/// convolutions are not implemented.
+class Conv2D final : public Layer, public Fp8Choice {
   public:
     /// std::invalid_argument when filters, a kernel size or a stride is 0, the padding is neither
     /// "valid" nor "same", or the activation is unknown.

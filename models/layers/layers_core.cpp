@@ -2,12 +2,11 @@
 
 #include <mixprec/models/layers/layers_core.hpp>
 
+#include <mixprec/models/layers/detail/products.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
-#include <mixprec/autodiff/ops_fp8.hpp>
 #include <mixprec/autodiff/ops_matmul.hpp>
-#include <mixprec/autodiff/ops_mx.hpp>
 #include <mixprec/autodiff/ops_nn.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
 #include <mixprec/autodiff/ops_softmax.hpp>
@@ -118,21 +117,7 @@ Shape Dense::do_build(const Shape& input_shape, Rng& init_rng) {
 
 Tensor Dense::forward(const Tensor& x, const CallContext& context) {
     const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
-    const bool in_fp8 = context.fp8 != nullptr && policy().fp8_products() && fp8();
-    const bool in_mx = policy().mx_products() && fp8();
-    const auto product = [&](const Tensor& rows) {
-        if (in_fp8) return autodiff::dense_fp8(rows, kernel_->read(), bias, context.fp8->dense_casts(name()));
-        return in_mx ? autodiff::dense_mxfp8(rows, kernel_->read(), bias)
-                     : autodiff::dense(rows, kernel_->read(), bias);
-    };
-    if (x.rank() == 2) return apply_activation(product(x), activation_);
-    // (N, ..., in): the product runs on the rows (N·…, in), and the leading axes come back afterwards.
-    const std::size_t in = x.shape()[x.rank() - 1];
-    const std::size_t rows = in == 0 ? 0 : x.size() / in;
-    const Tensor y = product(autodiff::reshape(x, Shape{rows, in}));
-    std::vector<std::size_t> out(x.shape().begin(), x.shape().end());
-    out.back() = units_;
-    return apply_activation(autodiff::reshape(y, Shape(std::span<const std::size_t>(out))), activation_);
+    return apply_activation(detail::product(x, kernel_->read(), bias, policy(), fp8(), context, name()), activation_);
 }
 
 // ---- Flatten ----

@@ -8,6 +8,7 @@
 /// probabilities, to pair with a loss on probabilities rather than logits), but for a Conv2D's
 /// (filters, H, W) output the width W, not the filters.
 
+#include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/layer.hpp>
 
 #include <cstddef>
@@ -34,7 +35,10 @@ std::string describe_layer(const Layer& layer);
 /// Densely connected layer: y = activation(x W + b) on the last axis, for examples of shape (..., in)
 /// (rank ≥ 1; the leading axes are kept, as Keras's Dense does). W (in, units) starts glorot_uniform
 /// (fan_in = in, fan_out = units) and b (units) at zeros. Variables "<name>/kernel", "<name>/bias".
-class Dense final : public Layer {
+/// Under a policy with FP8 products, where fp8() (fp8_choice.hpp), it multiplies in FP8: under
+/// mixed_float8 with per-tensor scales (autodiff::dense_fp8) when a training step gives it scales, under
+/// mixed_mxfp8 in MX blocks (autodiff::dense_mxfp8) always.
+class Dense final : public Layer, public Fp8Choice {
   public:
     /// std::invalid_argument when units is 0 or the activation is unknown.
     explicit Dense(std::size_t units, std::string activation = "", bool use_bias = true);
@@ -48,16 +52,6 @@ class Dense final : public Layer {
     const std::string& activation() const { return activation_; }
     bool use_bias() const { return use_bias_; }
 
-    /// Under a policy with FP8 products, whether this layer multiplies in FP8: under mixed_float8 with
-    /// per-tensor scales (autodiff::dense_fp8) when a training step gives it scales, under mixed_mxfp8 in
-    /// MX blocks (autodiff::dense_mxfp8) always. Unset, it does, except the first and
-    /// the last Dense among a model's layers (in a Sequential, the first and last called; Model::build
-    /// marks them with set_edge), which stay in the compute dtype, as Transformer Engine's and Intel's FP8
-    /// recipes keep the first and last layers in higher precision.
-    void set_fp8(std::optional<bool> fp8) { fp8_ = fp8; }
-    bool fp8() const { return fp8_.value_or(!edge_); }
-    void set_edge(bool edge) { edge_ = edge; }
-
   protected:
     /// shape_error for an example of rank 0 (Dense needs (..., in)).
     Shape do_build(const Shape& input_shape, Rng& init_rng) override;
@@ -69,8 +63,6 @@ class Dense final : public Layer {
     bool use_bias_;
     std::optional<Variable> kernel_;
     std::optional<Variable> bias_;
-    std::optional<bool> fp8_;
-    bool edge_ = false;
 };
 
 /// Flattens each example to one axis: (d₁, …, dₖ) → (d₁ ⋯ dₖ); a rank-0 example becomes (1), as in Keras.

@@ -3,6 +3,7 @@
 #include <mixprec/models/layers/transformer.hpp>
 
 #include <mixprec/models/layers/detail/checks.hpp>
+#include <mixprec/models/layers/detail/products.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 
@@ -88,11 +89,12 @@ Tensor TransformerBlock::drop(const Tensor& x, const CallContext& context) const
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const CallContext& context) {
+    attention_.set_fp8(fp8()); // the block decides for the products inside it
     Tensor h = ad::layer_norm(x, norm1_[0].read(), norm1_[1].read(), epsilon_);
     const Tensor y = ad::add(x, drop(attention_(h, context), context));
     h = ad::layer_norm(y, rest_[0].read(), rest_[1].read(), epsilon_);
-    h = ad::gelu(ad::dense(h, rest_[2].read(), rest_[3].read()));
-    h = ad::dense(h, rest_[4].read(), rest_[5].read());
+    h = ad::gelu(detail::product(h, rest_[2].read(), rest_[3].read(), policy(), fp8(), context, name() + "/mlp1"));
+    h = detail::product(h, rest_[4].read(), rest_[5].read(), policy(), fp8(), context, name() + "/mlp2");
     return ad::add(y, drop(h, context));
 }
 

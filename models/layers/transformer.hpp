@@ -9,8 +9,11 @@
 ///
 /// All shapes are per example (the batch axis comes first in calls). Each layer computes in its policy's
 /// compute dtype with the precision of the autodiff ops it uses (float32 arithmetic, one rounding per op).
+/// Under FP8 products a block's fp8() (fp8_choice.hpp) decides for its four projections: the attention's
+/// qkv and output and the MLP's "<name>/mlp1" and "<name>/mlp2" (attention.hpp says what stays wider).
 
 #include <mixprec/models/layers/attention.hpp>
+#include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/layer.hpp>
 
 #include <cstddef>
@@ -30,7 +33,7 @@ namespace mixprec::models {
 /// "<name>/attention/qkv/kernel", "…/qkv/bias", "…/output/kernel", "…/output/bias", then "<name>/norm2/gamma",
 /// "norm2/beta", "mlp1/kernel" (D, mlp_width), "mlp1/bias", "mlp2/kernel" (mlp_width, D), "mlp2/bias".
 /// Kernels start Glorot-uniform, biases and betas at zero, gammas at one.
-class TransformerBlock final : public Layer {
+class TransformerBlock final : public Layer, public Fp8Choice {
   public:
     /// std::invalid_argument when heads or mlp_width is 0, dropout is outside [0, 1), or epsilon is not
     /// finite and > 0.

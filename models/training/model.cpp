@@ -4,6 +4,7 @@
 #include <mixprec/models/training/model.hpp>
 
 #include <mixprec/autodiff/ops_elementwise.hpp>
+#include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
 #include <mixprec/models/training/fit.hpp>
 
@@ -246,13 +247,14 @@ void Model::build(const Shape& input_shape, std::uint64_t seed) {
             throw std::logic_error("model '" + name_ + "': layer '" + l->name() + "' (" + l->kind() +
                                    ") was never called while the model built, so it has no weights: call it in "
                                    "call(), passing the context on, or do not track it");
-    // The first and last Dense stay in the compute dtype under FP8 products, unless set otherwise.
-    std::vector<Dense*> dense;
+    // The first and last layers with products stay in the compute dtype under FP8 products, unless set
+    // otherwise (fp8_choice.hpp).
+    std::vector<Fp8Choice*> products;
     for (const auto& l : layers_)
-        if (auto* d = dynamic_cast<Dense*>(l.get())) dense.push_back(d);
-    if (!dense.empty()) {
-        dense.front()->set_edge(true);
-        dense.back()->set_edge(true);
+        if (auto* p = dynamic_cast<Fp8Choice*>(l.get())) products.push_back(p);
+    if (!products.empty()) {
+        products.front()->set_edge(true);
+        products.back()->set_edge(true);
     }
     input_shape_ = input_shape;
     built_ = true;
