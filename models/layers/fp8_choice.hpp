@@ -1,6 +1,6 @@
 #pragma once
-/// Which layers with products (Dense, Conv2D) run them in 8 bits under a policy that has FP8 products
-/// (amp/policy.hpp: mixed_float8, mixed_mxfp8).
+/// Which layers with products (Dense, Conv2D, MultiHeadSelfAttention, TransformerBlock) run them in 8 bits
+/// under a policy that has FP8 products (amp/policy.hpp: mixed_float8, mixed_mxfp8).
 
 #include <optional>
 
