@@ -61,9 +61,9 @@ autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
     autodiff::Fp8Cast grad = options_.scale_gradients ? cast("output_grad", options_.backward)
                                                       : autodiff::Fp8Cast{options_.backward, [](float) { return 1.0f; },
                                                                           autodiff::Overflow::infinity};
-    const std::uint64_t call = calls_[layer]++;
     if (options_.stochastic_gradients) {
         using autodiff::counter_bits;
+        const std::uint64_t call = calls_[layer]++;
         grad.stochastic = counter_bits(
             counter_bits(counter_bits(options_.seed, steps_), fnv1a64("/output_grad", fnv1a64(layer))), call);
     }
@@ -71,7 +71,7 @@ autodiff::Fp8DenseCasts Fp8Scaling::dense_casts(const std::string& layer) {
     if (StepTelemetry::active() != nullptr) // a step that records telemetry: report what each cast did
         for (auto [c, tensor] :
              {std::pair{&casts.input, "input"}, {&casts.kernel, "kernel"}, {&casts.output_grad, "output_grad"}})
-            c->observe = [name = layer + "/fp8_" + tensor](const autodiff::RoundingStats& stats) {
+            c->observe = [name = layer + std::string("/fp8_").append(tensor)](const autodiff::RoundingStats& stats) {
                 if (StepTelemetry* t = StepTelemetry::active()) t->add(name, stats);
             };
     return casts;

@@ -119,7 +119,7 @@ class Fp8Scaling final : public autodiff::Fp8Scales {
     Fp8ScalingOptions options_;
     std::map<std::string, Tensor> tensors_;
     std::uint64_t steps_ = 0;
-    std::map<std::string, std::uint64_t> calls_; ///< dense_casts calls of each layer in this step
+    std::map<std::string, std::uint64_t> calls_; ///< stochastic: dense_casts calls of each layer in this step
 };
 
 } // namespace mixprec::amp

@@ -427,6 +427,16 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     return result;
 }
 
+/// Records y = conv(x, w, bias) on the tape when it wants it, with its backward `grads`.
+template <class Grads>
+void record_conv(const Tensor& y, const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Grads grads) {
+    if (bias) {
+        if (should_record({&x, &w, &*bias})) record(y, {&x, &w, &*bias}, std::move(grads));
+    } else if (should_record({&x, &w})) {
+        record(y, {&x, &w}, std::move(grads));
+    }
+}
+
 /// Σ_{n,i,j} dy[n, o, i, j] for each output channel o, in float32, rounded once into `dtype`.
 Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
     float_result db(Shape{g.o}, dtype);
@@ -450,11 +460,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
     const auto grads = [x, w, has_bias = bias.has_value(), g, r](const Tensor& dy) {
         return run_backward(g, r, x, w, dy, has_bias, x.dtype(), w.dtype());
     };
-    if (bias) {
-        if (should_record({&x, &w, &*bias})) record(y, {&x, &w, &*bias}, grads);
-    } else if (should_record({&x, &w})) {
-        record(y, {&x, &w}, grads);
-    }
+    record_conv(y, x, w, bias, grads);
     return y;
 }
 
@@ -478,11 +484,7 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
         result[1] = std::move(d[1]);
         return result;
     };
-    if (bias) {
-        if (should_record({&x, &w, &*bias})) record(y, {&x, &w, &*bias}, grads);
-    } else if (should_record({&x, &w})) {
-        record(y, {&x, &w}, grads);
-    }
+    record_conv(y, x, w, bias, grads);
     return y;
 }
 

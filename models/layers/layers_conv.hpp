@@ -19,8 +19,8 @@ namespace mixprec::models {
 /// W starts glorot_uniform with Keras's fans, fan_in = C·kh·kw and fan_out = filters·kh·kw; b at zeros.
 /// Variables "<name>/kernel", "<name>/bias".
 /// Under mixed_float8, where fp8() (fp8_choice.hpp) and a training step gives it scales, it convolves in
-/// FP8 with per-tensor scales (autodiff::conv2d_fp8). Under mixed_mxfp8 it stays in the compute dtype: MX
-/// convolutions are not implemented.
+/// FP8 with per-tensor scales (autodiff::conv2d_fp8). Under mixed_mxfp8 it stays in the compute dtype:
+/// mixprec has MX blocks for matrix products only (autodiff/ops_mx.hpp), not for convolutions.
 class Conv2D final : public Layer, public Fp8Choice {
   public:
     /// std::invalid_argument when filters, a kernel size or a stride is 0, the padding is neither
