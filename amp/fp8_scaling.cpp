@@ -97,6 +97,15 @@ float Fp8Scaling::scale_for(const std::string& name, Dtype format, float amax) {
     return t.scale;
 }
 
+void Fp8Scaling::agree(optim::Communicator& communicator) {
+    if (options_.recipe == Fp8Recipe::current) return;
+    std::vector<float> amaxes;
+    for (const auto& [name, t] : tensors_) amaxes.push_back(t.cast_this_step ? t.step_amax : 0.0f);
+    communicator.max(amaxes);
+    std::size_t i = 0;
+    for (auto& [name, t] : tensors_) t.step_amax = amaxes[i++];
+}
+
 void Fp8Scaling::end_step() {
     ++steps_;
     calls_.clear();

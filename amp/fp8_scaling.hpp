@@ -33,6 +33,7 @@
 ///   key = counter_bits(counter_bits(counter_bits(seed, steps), fnv1a64(name)), call)
 
 #include <mixprec/autodiff/ops_fp8.hpp>
+#include <mixprec/optim/communicator.hpp>
 #include <mixprec/optim/optimizer_state.hpp>
 
 #include <cstdint>
@@ -90,6 +91,10 @@ class Fp8Scaling final : public autodiff::Fp8Scales {
     /// Counts the step. Delayed: also records each tensor's step, chooses its next scale and moves its
     /// history on.
     void end_step();
+    /// Data-parallel training, before end_step(): every tensor's amax of this step becomes the largest of
+    /// all ranks (Transformer Engine reduces amaxes across the data-parallel group the same way), so that
+    /// the delayed recipe chooses the same scales everywhere. Nothing to agree on for the current recipe.
+    void agree(optim::Communicator& communicator);
     /// The steps finished (end_step calls): what keys the random streams of stochastic rounding.
     std::uint64_t steps() const { return steps_; }
 

@@ -156,6 +156,21 @@ void LayerScales::update(bool step_applied, autodiff::Dtype gradients) {
     observed_.assign(layers_.size(), Observed{});
 }
 
+void LayerScales::agree(optim::Communicator& communicator) {
+    std::vector<float> seen{loss_observed_.stats.overflow > 0 ? 1.0f : 0.0f, loss_observed_.stats.amax};
+    for (const Observed& o : observed_) {
+        seen.push_back(o.stats.overflow > 0 ? 1.0f : 0.0f);
+        seen.push_back(o.stats.amax);
+    }
+    communicator.max(seen);
+    const auto take = [](Observed& o, const float* agreed) {
+        if (agreed[0] > 0) o.stats.overflow = std::max<std::uint64_t>(o.stats.overflow, 1);
+        o.stats.amax = agreed[1];
+    };
+    take(loss_observed_, seen.data());
+    for (std::size_t i = 0; i < observed_.size(); ++i) take(observed_[i], seen.data() + 2 * (i + 1));
+}
+
 std::vector<optim::StateValue> LayerScales::values() const {
     std::vector<optim::StateValue> v{
         {"layer_scale/margin", std::int64_t{options_.margin}},

@@ -40,6 +40,7 @@
 
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/dtype.hpp>
+#include <mixprec/optim/communicator.hpp>
 #include <mixprec/optim/optimizer.hpp>
 #include <mixprec/optim/optimizer_state.hpp>
 
@@ -78,6 +79,10 @@ class LayerScales final : public optim::LayerScaling {
     /// Applies the rule to what observe() saw since the last update (see the table), then forgets it.
     /// `gradients` is the dtype the gradients were rounded to (float32: nothing can overflow; no change).
     void update(bool step_applied, autodiff::Dtype gradients);
+    /// Data-parallel training, before update(): makes what observe() saw the same on every rank, as one
+    /// process would have seen it — an overflow on any rank, and the largest amax of all ranks, for the
+    /// loss and each layer (all the rule reads).
+    void agree(optim::Communicator& communicator);
 
     struct Layer {
         std::string name;

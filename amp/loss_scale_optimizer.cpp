@@ -43,9 +43,27 @@ float LossScaleOptimizer::inverse_scale(const autodiff::Variable& variable) cons
     return layers_ ? 1.0f / layers_->gradient_scale(variable.name()) : 1.0f / scale_.scale();
 }
 
+void LossScaleOptimizer::set_communicator(std::shared_ptr<optim::Communicator> communicator,
+                                          DataParallelOptions options) {
+    if (!communicator)
+        exchange_.reset();
+    else
+        exchange_.emplace(std::move(communicator), options);
+}
+
+std::span<const float> LossScaleOptimizer::inverse_scales(const std::vector<autodiff::Variable>& variables) {
+    inverse_scales_.resize(variables.size());
+    for (std::size_t i = 0; i < variables.size(); ++i) inverse_scales_[i] = inverse_scale(variables[i]);
+    return inverse_scales_;
+}
+
 bool LossScaleOptimizer::apply(const std::vector<autodiff::Tensor>& grads,
                                const std::vector<autodiff::Variable>& variables) {
     check_counts(grads.size(), variables.size());
+    if (distributed()) {
+        const UnscaleResult r = exchange_->reduce(grads, inverse_scales(variables), buffers_);
+        return finish(r.finite, r.squared_norm, buffers_, variables);
+    }
     buffers_.resize(grads.size());
     bool finite = true;
     double squared = 0;
@@ -61,6 +79,10 @@ bool LossScaleOptimizer::apply(const std::vector<autodiff::Tensor>& grads,
 bool LossScaleOptimizer::apply_float32(std::vector<std::vector<float>>& grads,
                                        const std::vector<autodiff::Variable>& variables) {
     check_counts(grads.size(), variables.size());
+    if (distributed()) {
+        const UnscaleResult r = exchange_->reduce(grads, inverse_scales(variables));
+        return finish(r.finite, r.squared_norm, grads, variables);
+    }
     bool finite = true;
     double squared = 0;
     for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -78,11 +100,15 @@ bool LossScaleOptimizer::finish(bool finite, double squared_norm, std::vector<st
         autodiff::Dtype gradients = autodiff::Dtype::float32; // what the tape rounded them to
         for (const autodiff::Variable& v : variables)
             if (v.working_dtype() != autodiff::Dtype::float32) gradients = v.working_dtype();
+        if (distributed()) layers_->agree(exchange_->communicator());
         layers_->update(finite, gradients);
     } else {
         scale_.update(finite);
     }
-    if (fp8_) fp8_->end_step();
+    if (fp8_) {
+        if (distributed()) fp8_->agree(exchange_->communicator());
+        fp8_->end_step();
+    }
     last_skipped_ = !finite;
     skipped_ += finite ? 0 : 1;
     last_norm_ = finite ? std::sqrt(squared_norm) : INFINITY;

@@ -27,11 +27,18 @@
 /// LossScale stays as it is. A training step must pass layer_scaling() to the layers of a chain
 /// (models::CallContext::layer_scaling, which fit does) and hand it the tape (observe) before apply.
 ///
+/// Data-parallel training (set_communicator): apply() sums the ranks' scaled gradients in buckets and
+/// unscales the sums divided by the number of ranks in the checking pass (amp/gradient_exchange.hpp has
+/// the numerics of each transport), so every rank finds the same finiteness, norm and step; an inf on one
+/// rank skips the step on all. Per-layer scales and FP8 amaxes are agreed across ranks before they move
+/// (LayerScales::agree, Fp8Scaling::agree), so the whole state stays identical on every rank.
+///
 /// FP8 products (scale_fp8): the optimizer keeps the per-tensor scales of the model's FP8 products
 /// (amp/fp8_scaling.hpp). A training step hands fp8_scales() to the layers (models::CallContext::fp8,
 /// which fit does), and after each step, applied or skipped, the delayed recipe chooses the next scales.
 
 #include <mixprec/amp/fp8_scaling.hpp>
+#include <mixprec/amp/gradient_exchange.hpp>
 #include <mixprec/amp/layer_scales.hpp>
 #include <mixprec/amp/loss_scale.hpp>
 #include <mixprec/optim/optimizer.hpp>
@@ -137,6 +144,12 @@ class LossScaleOptimizer final : public optim::Optimizer {
     /// The scales of FP8 products, or null unless scale_fp8 was called.
     autodiff::Fp8Scales* fp8_scales() override { return fp8_ ? &*fp8_ : nullptr; }
     const Fp8Scaling* fp8_scaling() const { return fp8_ ? &*fp8_ : nullptr; }
+    /// From now on, averages gradients over the ranks of `communicator` before every step (null: one
+    /// process again). Every rank must make this optimizer alike and call apply in step with the others.
+    void set_communicator(std::shared_ptr<optim::Communicator> communicator, DataParallelOptions options = {});
+    optim::Communicator* communicator() const override { return exchange_ ? &exchange_->communicator() : nullptr; }
+    /// The reduction of data-parallel steps (null without a communicator): bytes per step, buckets.
+    const GradientExchange* gradient_exchange() const { return exchange_ ? &*exchange_ : nullptr; }
     /// Restores the counters kept here (checkpoints).
     void set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm);
 
@@ -145,11 +158,16 @@ class LossScaleOptimizer final : public optim::Optimizer {
                 const std::vector<autodiff::Variable>& variables);
     /// 1 / the scale the gradient of `variable` carries.
     float inverse_scale(const autodiff::Variable& variable) const;
+    /// Whether gradients are summed across more than one rank.
+    bool distributed() const { return exchange_ && exchange_->communicator().size() > 1; }
+    std::span<const float> inverse_scales(const std::vector<autodiff::Variable>& variables);
 
     std::unique_ptr<optim::Optimizer> inner_;
     LossScale scale_;
     std::optional<LayerScales> layers_;
     std::optional<Fp8Scaling> fp8_;
+    std::optional<GradientExchange> exchange_;
+    std::vector<float> inverse_scales_; // per gradient, for exchange_
     bool last_skipped_ = false;
     std::int64_t skipped_ = 0;
     double last_norm_ = 0;

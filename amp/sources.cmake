@@ -3,6 +3,7 @@ target_sources(mixprec PRIVATE
   amp/loss_scale.cpp
   amp/loss_scale_rules.cpp
   amp/unscale.cpp
+  amp/gradient_exchange.cpp
   amp/policy.cpp
   amp/telemetry.cpp
   amp/layer_scales.cpp

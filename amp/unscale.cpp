@@ -168,27 +168,32 @@ UnscaleResult unscale(const autodiff::Tensor& grad, float inverse_scale, std::sp
     if (out.size() != grad.size())
         throw std::invalid_argument("unscale: output holds " + std::to_string(out.size()) + " floats for a " +
                                     grad.description() + " gradient");
+    return unscale(grad.raw(), grad.dtype(), inverse_scale, out);
+}
+
+UnscaleResult unscale(const void* values, autodiff::Dtype dtype, float inverse_scale, std::span<float> out) {
+    const std::size_t size = out.size();
 #if defined(__x86_64__)
-    const autodiff::Dtype d = grad.dtype();
+    const autodiff::Dtype d = dtype;
     if ((d == autodiff::Dtype::float32 || d == autodiff::Dtype::float16 || d == autodiff::Dtype::bfloat16) &&
         autodiff::isa() >= autodiff::Isa::avx512)
         return d == autodiff::Dtype::float32
-                   ? unscale_avx512<autodiff::Dtype::float32>(grad.raw(), inverse_scale, out.data(), grad.size())
+                   ? unscale_avx512<autodiff::Dtype::float32>(values, inverse_scale, out.data(), size)
                : d == autodiff::Dtype::float16
-                   ? unscale_avx512<autodiff::Dtype::float16>(grad.raw(), inverse_scale, out.data(), grad.size())
-                   : unscale_avx512<autodiff::Dtype::bfloat16>(grad.raw(), inverse_scale, out.data(), grad.size());
+                   ? unscale_avx512<autodiff::Dtype::float16>(values, inverse_scale, out.data(), size)
+                   : unscale_avx512<autodiff::Dtype::bfloat16>(values, inverse_scale, out.data(), size);
 #endif
-    const auto* bytes = static_cast<const std::byte*>(grad.raw());
-    const std::size_t width = autodiff::size_of(grad.dtype());
-    const bool stream = grad.size() > stream_above;
+    const auto* bytes = static_cast<const std::byte*>(values);
+    const std::size_t width = autodiff::size_of(dtype);
+    const bool stream = size > stream_above;
     alignas(64) float buffer[chunk];
     UnscaleResult total;
-    for (std::size_t i = 0; i < grad.size(); i += chunk) {
-        const std::size_t n = std::min(chunk, grad.size() - i);
+    for (std::size_t i = 0; i < size; i += chunk) {
+        const std::size_t n = std::min(chunk, size - i);
         // Streamed results go through an L1 buffer (streaming stores want whole aligned blocks);
         // the others are widened straight into `out` and scaled there.
         float* chunk_out = stream ? buffer : out.data() + i;
-        autodiff::widen(bytes + i * width, grad.dtype(), chunk_out, n);
+        autodiff::widen(bytes + i * width, dtype, chunk_out, n);
         const UnscaleResult r = scale_chunk(chunk_out, n, inverse_scale);
         if (stream) store(out.data() + i, buffer, n);
         total.finite = total.finite && r.finite;

@@ -18,6 +18,9 @@ struct UnscaleResult {
 /// are finite and their squared sum. Throws std::invalid_argument if out has the wrong size.
 UnscaleResult unscale(const autodiff::Tensor& grad, float inverse_scale, std::span<float> out);
 
+/// The same for out.size() values of `dtype` stored at `values` (a gradient summed across ranks).
+UnscaleResult unscale(const void* values, autodiff::Dtype dtype, float inverse_scale, std::span<float> out);
+
 /// The same for float32 values already in memory: values[i] ·= inverse_scale.
 UnscaleResult unscale_in_place(std::span<float> values, float inverse_scale);
 

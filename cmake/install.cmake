@@ -13,8 +13,16 @@ install(TARGETS mixprec EXPORT mixprecTargets
 # only from the library's own sources).
 foreach(dir autodiff optim amp models)
   install(DIRECTORY ${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec
-    FILES_MATCHING PATTERN "*.hpp" PATTERN "detail" EXCLUDE PATTERN "arch" EXCLUDE)
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "detail" EXCLUDE PATTERN "arch" EXCLUDE PATTERN "dist" EXCLUDE)
 endforeach()
+# mixprec::mpi, when built: the library and the dist/ headers.
+if(TARGET mixprec_mpi)
+  install(TARGETS mixprec_mpi EXPORT mixprecTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(DIRECTORY models/dist DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec/models FILES_MATCHING PATTERN "*.hpp")
+endif()
 install(FILES mixprec.hpp ${PROJECT_BINARY_DIR}/include/mixprec/version.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mixprec)
 

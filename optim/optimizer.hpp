@@ -19,6 +19,7 @@
 /// Non-finite gradients are not checked here: an inf/NaN goes into the weights and slots. Skipping such
 /// steps is the job of amp::LossScaleOptimizer, which checks before calling apply_float32.
 
+#include <mixprec/optim/communicator.hpp>
 #include <mixprec/optim/optimizer_state.hpp>
 #include <mixprec/optim/schedule.hpp>
 
@@ -120,6 +121,10 @@ class Optimizer {
     virtual LayerScaling* layer_scaling() { return nullptr; }
     /// The scales of FP8 products, if this optimizer keeps them (here: null; amp/fp8_scaling.hpp).
     virtual autodiff::Fp8Scales* fp8_scales() { return nullptr; }
+    /// The ranks this optimizer averages gradients over in data-parallel training (optim/communicator.hpp),
+    /// or null for one process (here: null; amp::LossScaleOptimizer::set_communicator gives it one). fit
+    /// splits each batch among the same ranks.
+    virtual Communicator* communicator() const { return nullptr; }
 
     /// Everything this optimizer keeps, detached from it: kind, iterations, slots and named values (a
     /// constant learning rate as "learning_rate"; an amp::LossScaleOptimizer adds its scale, counters and

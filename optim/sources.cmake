@@ -2,6 +2,7 @@
 target_sources(mixprec PRIVATE
   optim/optimizer.cpp
   optim/optimizer_state.cpp
+  optim/communicator.cpp
   optim/schedule.cpp
   optim/sgd.cpp
   optim/adam.cpp)

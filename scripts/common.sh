@@ -5,7 +5,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # What building mixprec needs, as Debian 12 packages. oneDNN's CMake package wants OpenCL.
 build_packages=(g++ cmake ninja-build ccache xtensor-dev libxsimd-dev libcereal-dev libopenblas-dev libopenblas-openmp-dev
-                libdnnl-dev ocl-icd-opencl-dev zlib1g-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev)
+                libdnnl-dev ocl-icd-opencl-dev zlib1g-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev
+                libopenmpi-dev openmpi-bin)
 # What training needs besides: the data, and gnuplot for --plot.
 data_packages=(dataset-fashion-mnist gnuplot-nox)
 

@@ -3,7 +3,7 @@
 # a file that exists, and goes down or sideways within its own folder, never up, so no two folders
 # include each other; a public header never includes an internal one (detail/ is not installed).
 # Levels, lowest first: autodiff/tensor/ (with detail/ and arch/), autodiff/, optim/, amp/, then
-# models/layers/, models/data/ and models/io/ (which do not include one another), models/training/.
+# models/layers/, models/data/, models/io/ and models/dist/ (which do not include one another), models/training/.
 #
 #   tests/include_graph.sh SOURCE_DIR
 set -uo pipefail
@@ -18,6 +18,7 @@ level_of() { # level_of PATH: the folder's level, and its name for siblings of o
     models/layers/*) echo "4 layers" ;;
     models/data/*) echo "4 data" ;;
     models/io/*) echo "4 io" ;;
+    models/dist/*) echo "4 dist" ;;
     models/training/*) echo "5 training" ;;
     mixprec.hpp) echo "9 umbrella" ;;
     *) echo "? ?" ;;

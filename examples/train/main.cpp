@@ -12,13 +12,20 @@
 
 #include <mixprec/mixprec.hpp>
 
+#if MIXPREC_HAVE_MPI
+#include <mixprec/models/dist/mpi_communicator.hpp>
+#endif
+
 #include <malloc.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 using namespace mixprec;
 
@@ -74,12 +81,13 @@ std::filesystem::path telemetry_plot_path(const std::filesystem::path& plot) {
     return path;
 }
 
-/// Sets one gradient element to +inf at the steps asked for, so that the loss scaler has to skip them.
+/// Sets one gradient element to +inf at the steps asked for, so that the loss scaler has to skip them; under
+/// mpirun, on one rank only if asked.
 class NonfiniteInjector {
   public:
-    explicit NonfiniteInjector(std::vector<std::int64_t> steps) : steps_(std::move(steps)) {}
+    NonfiniteInjector(std::vector<std::int64_t> steps, bool here) : steps_(std::move(steps)), here_(here) {}
     void operator()(std::int64_t step, std::vector<autodiff::Tensor>& grads) const {
-        if (grads.empty() || std::find(steps_.begin(), steps_.end(), step) == steps_.end()) return;
+        if (!here_ || grads.empty() || std::find(steps_.begin(), steps_.end(), step) == steps_.end()) return;
         autodiff::Tensor& g = grads.front();
         std::vector<float> values = g.to_floats();
         values[0] = INFINITY;
@@ -88,9 +96,40 @@ class NonfiniteInjector {
 
   private:
     std::vector<std::int64_t> steps_;
+    bool here_;
 };
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const train::Options& o, const optim::LearningRate& lr) {
+/// The processes of the run: the MPI job's ranks when mpirun started this one, else this process alone.
+struct World {
+    std::shared_ptr<optim::Communicator> communicator = std::make_shared<optim::SingleProcess>();
+    int rank() const { return communicator->rank(); }
+    int size() const { return communicator->size(); }
+    bool root() const { return rank() == 0; }
+    int local_size = 1; ///< ranks on this host
+    /// Ends the whole job after an error on this rank (others would wait for it in a collective).
+    std::function<void(int)> abort = [](int) {};
+};
+
+World make_world() {
+    World world;
+#if MIXPREC_HAVE_MPI
+    if (models::MpiCommunicator::launched()) {
+        auto mpi = std::make_shared<models::MpiCommunicator>();
+        world.local_size = mpi->local_size();
+        world.abort = [mpi](int code) { mpi->abort(code); };
+        world.communicator = std::move(mpi);
+    }
+#endif
+    return world;
+}
+
+/// The CPUs this process may run on.
+int cpus_available() {
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+std::unique_ptr<amp::LossScaleOptimizer> make_optimizer(const train::Options& o, const optim::LearningRate& lr) {
     optim::Clipping clip;
     if (o.clip_norm) clip.global_clipnorm = *o.clip_norm;
     if (o.clip_value) clip.clipvalue = *o.clip_value;
@@ -165,6 +204,14 @@ void print_summary(const models::RunSummary& s, bool completed) {
                 static_cast<long long>(s.skipped_steps), double(s.loss_scale));
     std::printf("%.0f samples/s (training), peak RSS %.0f MiB, weights digest %s (%s kernels)\n", s.samples_per_second,
                 s.peak_rss_mib, s.weights_digest.c_str(), s.isa.c_str());
+    if (!s.rank_digests.empty()) {
+        const bool equal = std::equal(s.rank_digests.begin() + 1, s.rank_digests.end(), s.rank_digests.begin());
+        std::printf("State digests of the %zu ranks after the last step: %s (", s.rank_digests.size(),
+                    equal ? "equal" : "DIFFERENT");
+        for (std::size_t i = 0; i < s.rank_digests.size(); ++i)
+            std::printf("%s%016llx", i ? ", " : "", static_cast<unsigned long long>(s.rank_digests[i]));
+        std::printf(")\n");
+    }
 }
 
 /// The training and test sets: Fashion-MNIST's, or the arrays of --train-data and --test-data (whose
@@ -209,8 +256,18 @@ void write_outputs(const train::Options& o, models::Sequential& model, const Dat
     }
 }
 
-int run(const train::Options& o) {
+int run(const train::Options& o, const World& world) {
+    if (world.size() > 1 && o.inject_nonfinite_rank >= world.size()) {
+        if (world.root())
+            std::cerr << "mixprec-train: --inject-nonfinite-rank " << o.inject_nonfinite_rank << ": the run has "
+                      << world.size() << " ranks (0 to " << world.size() - 1 << ")\n";
+        return 2;
+    }
     if (o.threads > 0) autodiff::set_blas_threads(o.threads);
+    // Ranks sharing a host share its cores (mpirun binds each of a few ranks to its own core already).
+    if (o.threads == 0 && world.local_size > 1)
+        autodiff::set_blas_threads(
+            std::max(1, std::min(cpus_available(), int(std::thread::hardware_concurrency()) / world.local_size)));
     amp::set_global_policy(o.precision);
 
     const Data data = load_data(o);
@@ -225,6 +282,10 @@ int run(const train::Options& o) {
         return 2;
     }
     auto optimizer = make_optimizer(o, train::learning_rate(o, length));
+    if (world.size() > 1)
+        optimizer->set_communicator(world.communicator,
+                                    {.transport = amp::parse_gradient_transport(o.gradient_transport),
+                                     .bucket_bytes = static_cast<std::size_t>(o.bucket_mib * (1 << 20))});
     models::TrainingState& state = model.training_state();
     if (!o.initial_weights.empty()) {
         models::load_weights(o.initial_weights, model.variables());
@@ -247,17 +308,23 @@ int run(const train::Options& o) {
                 o.loss_scale == "per_layer"
                     ? ("per layer (initial " + std::to_string(int(o.loss_scale_options().initial_scale)) + ")").c_str()
                     : describe_scaling(o.loss_scale_options()).c_str());
+    if (world.size() > 1)
+        std::printf("Data-parallel over %d ranks: each computes 1/%d of every batch; gradients summed in %s, in "
+                    "all-reduces of at most %g MiB\n",
+                    world.size(), world.size(), o.gradient_transport.c_str(), o.bucket_mib);
     std::fflush(stdout);
 
     models::ProgressBar progress(std::cout, o.quiet ? std::optional<bool>(false) : std::nullopt);
     models::LossScaleMonitor monitor(std::cout, 200, 0.05);
-    models::TerminateOnNaN terminate(std::cerr);
+    std::ostream quiet_stream(nullptr); // what a rank other than 0 says goes nowhere
+    models::TerminateOnNaN terminate(world.root() ? std::cerr : quiet_stream);
     PlotRecorder recorder;
     std::optional<models::ModelCheckpoint> checkpoint;
     // The logger also measures the run's summary, so there is one even without --log (it then writes nothing).
-    models::JsonLinesLogger logger(o.log, !o.resume.empty());
+    // Rank 0 alone writes the log, checkpoints, plots and weights.
+    models::JsonLinesLogger logger(world.root() ? o.log : std::filesystem::path(), !o.resume.empty());
     std::optional<models::ShareCores> share_cores; // without --threads: the cores other processes leave free
-    if (o.threads == 0) share_cores.emplace();
+    if (o.threads == 0 && world.size() == 1) share_cores.emplace();
     // --epochs counts from the run's start, also when it resumes (as the schedule's length does).
     models::FitOptions fit{.epochs = o.epochs,
                            .initial_epoch = state.epoch,
@@ -272,23 +339,26 @@ int run(const train::Options& o) {
     fit.callbacks.push_back(&terminate);
     if (share_cores) fit.callbacks.push_back(&*share_cores);
     fit.callbacks.push_back(&logger);
-    if (!o.checkpoint.empty()) fit.callbacks.push_back(&checkpoint.emplace(o.checkpoint, o.checkpoint_every));
-    if (!o.plot.empty()) fit.callbacks.push_back(&recorder);
+    if (!o.checkpoint.empty() && world.root())
+        fit.callbacks.push_back(&checkpoint.emplace(o.checkpoint, o.checkpoint_every));
+    if (!o.plot.empty() && world.root()) fit.callbacks.push_back(&recorder);
     if (o.precision != "float32" && !o.quiet) fit.callbacks.push_back(&monitor);
-    if (!o.inject_nonfinite.empty()) fit.gradient_hook = NonfiniteInjector(o.inject_nonfinite);
+    if (!o.inject_nonfinite.empty())
+        fit.gradient_hook = NonfiniteInjector(o.inject_nonfinite,
+                                              o.inject_nonfinite_rank < 0 || o.inject_nonfinite_rank == world.rank());
 
     if (o.epochs == 0) { // nothing to train: evaluate the weights as they are
         if (data.test) {
             const models::Evaluation e = models::evaluate(model, *data.test);
             std::printf("No training (--epochs 0): test loss %.4f, test accuracy %.2f%%\n", e.loss, e.accuracy * 100);
         }
-        write_outputs(o, model, data);
+        if (world.root()) write_outputs(o, model, data);
         return 0;
     }
     models::fit(model, *optimizer, train_data, state, fit);
     const bool completed = state.epoch >= o.epochs || (o.max_steps > 0 && state.step >= o.max_steps);
 
-    if (!o.plot.empty()) {
+    if (!o.plot.empty() && world.root()) {
         std::string title = o.model + ", " + o.precision + ", " + o.optimizer;
         train::write_plot(o.plot, recorder.steps, recorder.epochs, title);
         std::printf("Plot written to %s\n", o.plot.c_str());
@@ -298,7 +368,7 @@ int run(const train::Options& o) {
             std::printf("Telemetry plot written to %s\n", path.c_str());
         }
     }
-    write_outputs(o, model, data);
+    if (world.root()) write_outputs(o, model, data);
     print_summary(logger.summary(), completed && !terminate.terminated());
     return terminate.terminated() ? 1 : 0;
 }
@@ -311,7 +381,21 @@ int main(int argc, char** argv) {
     // memory it just released; keeping freed memory in the heap removes them.
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    World world;
+    try {
+        world = make_world();
+    } catch (const std::exception& e) {
+        std::cerr << "mixprec-train: " << e.what() << '\n';
+        return 1;
+    }
+    // Under mpirun every rank runs this program; rank 0 alone speaks (errors excepted) and writes files.
+    std::streambuf* cerr_buffer = std::cerr.rdbuf();
+    if (!world.root()) {
+        if (!std::freopen("/dev/null", "w", stdout)) return 1;
+        std::cerr.rdbuf(nullptr); // flag errors are rank 0's to report; every rank exits with its code
+    }
     const auto parsed = train::parse_options(argc, argv);
+    std::cerr.rdbuf(cerr_buffer);
     if (const int* code = std::get_if<int>(&parsed)) return *code;
     try {
         autodiff::isa(); // a bad MIXPREC_ISA is a usage error, reported before any work
@@ -320,9 +404,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        return run(std::get<train::Options>(parsed));
+        return run(std::get<train::Options>(parsed), world);
     } catch (const std::exception& e) {
-        std::cerr << "mixprec-train: " << e.what() << '\n';
+        if (world.size() == 1) {
+            std::cerr << "mixprec-train: " << e.what() << '\n';
+            return 1;
+        }
+        std::cerr << "mixprec-train: rank " << world.rank() << " of " << world.size() << ": " << e.what()
+                  << " (ending every rank)\n";
+        world.abort(1);
         return 1;
     }
 }

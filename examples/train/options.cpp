@@ -347,11 +347,27 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
         ->check(CLI::Range(0, 1024));
     std::string inject;
     app.add_option("--inject-nonfinite", inject, "Comma-separated steps whose gradients get an inf, to test skipping");
+    CLI::Option* inject_rank =
+        app.add_option(
+               "--inject-nonfinite-rank", o.inject_nonfinite_rank,
+               "Under mpirun: only this rank's gradients get the inf of --inject-nonfinite (default: every rank)")
+            ->check(CLI::Range(0, 1 << 20));
+    app.add_option("--gradient-transport", o.gradient_transport,
+                   "Under mpirun: gradients are summed across ranks in float32, or in the compute dtype as the "
+                   "backward pass rounded them (half the bytes for 16-bit formats, a rounding per addition)")
+        ->check(CLI::IsMember({"float32", "compute"}))
+        ->capture_default_str();
+    app.add_option("--bucket-mib", o.bucket_mib,
+                   "Under mpirun: gradients are summed in all-reduces of at most this many MiB each")
+        ->check(finite(0.001, true, 1 << 20, "a number of MiB in [0.001, 1048576]", "IN [0.001, 1048576]"))
+        ->capture_default_str();
     app.add_flag("--quiet", o.quiet, "No progress bar");
 
     try {
         app.parse(argc, argv);
         if (!inject.empty()) o.inject_nonfinite = parse_steps(inject);
+        if (inject_rank->count() > 0 && inject.empty())
+            throw conflict("--inject-nonfinite-rank", "needs --inject-nonfinite (the steps to inject at)");
         if (!schedule.empty()) o.min_scale_schedule = parse_schedule(schedule);
         const bool dynamic_flags = o.initial_scale || o.growth_interval || o.hysteresis || o.min_scale || o.max_scale ||
                                    !o.min_scale_schedule.empty();

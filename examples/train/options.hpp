@@ -56,6 +56,9 @@ struct Options {
     std::int64_t telemetry_every = 1; ///< on every this many steps
     int threads = 0;                  ///< 0: every core
     std::vector<std::int64_t> inject_nonfinite;
+    int inject_nonfinite_rank = -1; ///< data-parallel: the only rank whose gradients get the inf (-1: every rank)
+    std::string gradient_transport = "float32"; ///< data-parallel: float32 | compute
+    double bucket_mib = 25;                     ///< data-parallel: the all-reduce fusion buffer
     bool quiet = false;
 
     /// The loss-scale settings the flags describe (options.dynamic false with scale 1 for "none").

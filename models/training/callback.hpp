@@ -46,6 +46,9 @@ struct StepLogs {
     /// The step's rounding telemetry (amp/telemetry.hpp) on the steps FitOptions::telemetry_every asks
     /// for (summed over the batches of an accumulating step), else null.
     std::shared_ptr<const amp::Telemetry> telemetry{};
+    /// Data-parallel training: models::state_digest of every rank after this step, in rank order (equal
+    /// when the ranks agree, as they must). Empty in one process.
+    std::vector<std::uint64_t> rank_digests{};
 };
 
 /// One epoch, as fit reports it.

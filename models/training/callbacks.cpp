@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -236,6 +237,22 @@ JsonLinesLogger::JsonLinesLogger(const std::filesystem::path& path, bool append)
 
 void JsonLinesLogger::on_train_begin(FitContext&) { step_start_ = Clock::now(); }
 
+namespace {
+
+/// ,"rank_digests":["…","…"] (nothing for none).
+std::string digests_json(const std::vector<std::uint64_t>& digests) {
+    if (digests.empty()) return "";
+    std::string text = ",\"rank_digests\":[";
+    char hex[20];
+    for (std::size_t i = 0; i < digests.size(); ++i) {
+        std::snprintf(hex, sizeof hex, "%s\"%016llx\"", i ? "," : "", static_cast<unsigned long long>(digests[i]));
+        text += hex;
+    }
+    return text + "]";
+}
+
+} // namespace
+
 void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
     training_time_ += Clock::now() - step_start_;
     examples_ += static_cast<std::int64_t>(logs.batch_size);
@@ -245,7 +262,9 @@ void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
              << ",\"skipped\":" << (logs.skipped ? "true" : "false")
              << ",\"grad_norm\":" << json_number(logs.gradient_norm)
              << ",\"learning_rate\":" << json_number(logs.learning_rate)
-             << (logs.telemetry ? ",\"telemetry\":" + telemetry_json(*logs.telemetry) : std::string()) << "}\n";
+             << (logs.telemetry ? ",\"telemetry\":" + telemetry_json(*logs.telemetry) : std::string())
+             << digests_json(logs.rank_digests) << "}\n";
+    if (!logs.rank_digests.empty()) summary_.rank_digests = logs.rank_digests;
     step_start_ = Clock::now(); // logging is not training time
 }
 
@@ -281,7 +300,8 @@ void JsonLinesLogger::on_train_end(FitContext& context, bool) {
          << ",\"test_accuracy\":" << json_number(summary_.test_accuracy.value_or(NAN))
          << ",\"samples_per_second\":" << json_number(summary_.samples_per_second)
          << ",\"peak_rss_mib\":" << json_number(summary_.peak_rss_mib) << ",\"weights_digest\":\""
-         << summary_.weights_digest << "\",\"isa\":\"" << summary_.isa << "\"}\n"
+         << summary_.weights_digest << "\",\"isa\":\"" << summary_.isa << '"' << digests_json(summary_.rank_digests)
+         << "}\n"
          << std::flush;
     if (!out_) throw std::runtime_error("writing the log file " + path_.string() + " failed");
 }

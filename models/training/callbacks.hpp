@@ -89,14 +89,17 @@ struct RunSummary {
     std::int64_t skipped_steps = 0;
     float loss_scale = 1; ///< the scale after the last step
     std::optional<double> test_accuracy;
-    double samples_per_second = 0; ///< training examples per second of training time, this process
+    double samples_per_second = 0; ///< training examples (of every rank) per second of training time
     double peak_rss_mib = 0;       ///< this process's peak resident memory
     std::string weights_digest;    ///< weights_digest(model.variables())
     std::string isa;               ///< the instruction-set level in use (autodiff/tensor/isa.hpp)
+    /// Data-parallel training: StepLogs::rank_digests of the last step (empty in one process).
+    std::vector<std::uint64_t> rank_digests{};
 };
 
 /// One JSON object per line: per step {"step","epoch","loss","loss_scale","skipped","grad_norm",
-/// "learning_rate"} and "telemetry" (telemetry_json.hpp) on steps that recorded it, per epoch {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for
+/// "learning_rate"}, "telemetry" (telemetry_json.hpp) on steps that recorded it and, in data-parallel
+/// training, "rank_digests" (every rank's state digest, 16 hex digits each), per epoch {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for
 /// every compiled metric, "test_loss" and "test_<metric>" with validation data, "seconds",
 /// "samples_per_second"} and, when training ends, {"event":"end", RunSummary's fields}. Epochs count from 1;
 /// the loss is unscaled and loss_scale is the scale the step used; non-finite numbers are written as null.

@@ -60,12 +60,17 @@ Evaluation evaluate(Model& model, const Dataset& data, const EvaluateOptions& op
     const Objective objective = models::objective(options.loss, options.metrics);
     Totals totals;
     autodiff::Tensor x, y;
-    for_each_batch(data, options.batch_size, [&](std::span<const std::size_t> indices) {
-        data.batch(indices, x, y);
+    const detail::Ranks ranks(options.communicator);
+    const detail::Share share = ranks.share(data.size());
+    const DatasetSlice mine(data, share.begin, share.size);
+    const Dataset& part = ranks.size() > 1 ? static_cast<const Dataset&>(mine) : data;
+    for_each_batch(part, options.batch_size, [&](std::span<const std::size_t> indices) {
+        part.batch(indices, x, y);
         const autodiff::Tensor y_pred = model(x);
         totals.add(double(objective.loss(y, y_pred).flat(0)), measure(objective.metrics, y, y_pred),
                    double(indices.size()));
     });
+    ranks.sum(totals, objective.metrics.size());
     Evaluation e{totals.mean_loss(), 0, totals.means(objective.metrics)};
     e.accuracy = first_accuracy(objective.metrics, e.metrics);
     return e;

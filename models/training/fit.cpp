@@ -1,6 +1,7 @@
 #include <mixprec/models/training/fit.hpp>
 
 #include <mixprec/amp/telemetry.hpp>
+#include <mixprec/autodiff/ops_elementwise.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/models/training/detail/figures.hpp>
@@ -10,9 +11,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <variant>
 
 namespace mixprec::models {
 
@@ -22,6 +25,8 @@ using Clock = std::chrono::steady_clock;
 using detail::check_fits;
 using detail::first_accuracy;
 using detail::measure;
+using detail::Ranks;
+using detail::Share;
 using detail::Totals;
 
 void validate(const FitOptions& options) {
@@ -40,6 +45,46 @@ std::vector<std::size_t> shuffled_order(std::size_t n, Rng& rng) {
     std::iota(order.begin(), order.end(), std::size_t{0});
     for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
     return order;
+}
+
+namespace {
+
+/// A word-at-a-time 64-bit hash (splitmix64's mixer over each word): fast enough to run every step.
+struct Digest {
+    std::uint64_t hash = 0x6a09e667f3bcc909ull;
+    void add(const void* data, std::size_t bytes) {
+        const auto* p = static_cast<const unsigned char*>(data);
+        std::uint64_t word = 0;
+        for (; bytes >= 8; bytes -= 8, p += 8) {
+            std::memcpy(&word, p, 8);
+            hash = autodiff::mix64(hash ^ word);
+        }
+        word = bytes; // the tail's length, then its bytes
+        std::memcpy(reinterpret_cast<unsigned char*>(&word) + 1, p, bytes);
+        hash = autodiff::mix64(hash ^ word);
+    }
+    template <class T>
+    void add(const T& value) {
+        add(&value, sizeof value);
+    }
+};
+
+} // namespace
+
+std::uint64_t state_digest(const std::vector<autodiff::Variable>& variables, const optim::Optimizer& optimizer) {
+    Digest d;
+    for (const autodiff::Variable& v : variables) d.add(v.value().raw(), v.value().nbytes());
+    const optim::OptimizerState s = optimizer.state(variables);
+    d.add(s.iterations);
+    for (const optim::SlotState& slot : s.slots) {
+        d.add(slot.variable);
+        d.add(slot.values.data(), slot.values.size() * sizeof(float));
+    }
+    for (const optim::StateValue& v : s.values) {
+        d.add(v.name.data(), v.name.size());
+        std::visit([&](const auto& x) { d.add(x); }, v.value);
+    }
+    return d.hash;
 }
 
 std::string weights_digest(const std::vector<autodiff::Variable>& variables) {
@@ -65,8 +110,9 @@ BatchGradients batch_gradients(const TrainStep& s) {
     result.y_pred = s.model(
         s.x,
         {.training = true, .dropout_rng = &s.dropout_rng, .layer_scaling = per_layer, .fp8 = s.optimizer.fp8_scales()});
-    const autodiff::Tensor loss = s.loss(s.y, result.y_pred);
+    autodiff::Tensor loss = s.loss(s.y, result.y_pred);
     result.loss = loss.flat(0);
+    if (s.loss_weight != 1) loss = autodiff::scale(loss, s.loss_weight);
     result.grads = tape.gradient(s.optimizer.scale_loss(loss), s.variables);
     if (telemetry) telemetry->record(tape, s.variables);
     if (per_layer) per_layer->observe(tape);
@@ -181,6 +227,7 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
     }
     auto stop = [&] { return context.stop_requested || (options.max_steps > 0 && state.step >= options.max_steps); };
 
+    const Ranks ranks(optimizer.communicator());
     std::vector<EpochLogs> history;
     autodiff::Tensor x, y;
     Accumulator accumulator;
@@ -213,16 +260,24 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
             // Read every step: a callback may freeze or unfreeze layers between steps.
             const std::vector<Variable> variables = model.trainable_variables();
             double loss_sum = 0;
-            std::size_t count = 0;
+            std::size_t count = 0, local_count = 0;
             std::vector<autodiff::Tensor> ys, y_preds;
             bool applied = true;
             std::optional<amp::StepTelemetry> telemetry;
             if (options.telemetry_every > 0 && step_number % options.telemetry_every == 0)
                 telemetry.emplace(autodiff::RoundingRecorderOptions{.histogram = options.telemetry_histogram});
+            // Data-parallel: one generator per rank and step, so that every rank's run state stays the same.
+            Rng rank_dropout =
+                ranks.size() > 1 ? Rng(autodiff::counter_bits(state.dropout_rng(), ranks.rank())) : Rng();
             for (std::int64_t k = 0; k < options.accumulate_steps && state.batch_in_epoch < batches; ++k) {
                 const std::size_t begin = static_cast<std::size_t>(state.batch_in_epoch) * options.batch_size;
                 const std::size_t n = std::min(options.batch_size, data.size() - begin);
-                data.batch(std::span(order).subspan(begin, n), x, y);
+                const Share share = ranks.share(n);
+                // An empty share (a last batch with fewer examples than ranks) runs the batch's first example
+                // with weight 0, so that the rank still takes part in every collective of the step.
+                data.batch(std::span(order).subspan(begin + (share.size > 0 ? share.begin : 0),
+                                                    std::max<std::size_t>(share.size, 1)),
+                           x, y);
                 const TrainStep step{model,
                                      optimizer,
                                      variables,
@@ -230,22 +285,24 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
                                      y,
                                      objective.loss,
                                      step_number,
-                                     state.dropout_rng,
-                                     options.gradient_hook ? &options.gradient_hook : nullptr};
+                                     ranks.size() > 1 ? rank_dropout : state.dropout_rng,
+                                     options.gradient_hook ? &options.gradient_hook : nullptr,
+                                     share.loss_weight};
                 if (options.accumulate_steps == 1) {
                     TrainStepResult r = options.train_step ? options.train_step(step) : model.train_step(step);
-                    loss_sum += r.loss * double(n);
-                    y_preds.push_back(std::move(r.y_pred));
+                    loss_sum += r.loss * double(share.size);
+                    if (share.size > 0) y_preds.push_back(std::move(r.y_pred));
                     applied = r.applied;
                 } else {
                     BatchGradients g = batch_gradients(step);
                     if (options.gradient_hook) options.gradient_hook(step_number, g.grads);
                     accumulator.add(g.grads);
-                    loss_sum += g.loss * double(n);
-                    y_preds.push_back(std::move(g.y_pred));
+                    loss_sum += g.loss * double(share.size);
+                    if (share.size > 0) y_preds.push_back(std::move(g.y_pred));
                 }
-                ys.push_back(y);
+                if (share.size > 0) ys.push_back(y);
                 count += n;
+                local_count += share.size;
                 ++state.batch_in_epoch;
             }
             if (options.accumulate_steps > 1) applied = accumulator.apply(optimizer, variables);
@@ -255,8 +312,19 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
                 telemetry.reset();
             }
 
-            logs.loss = loss_sum / double(count);
-            logs.metrics = measure(objective.metrics, stack(ys), stack(y_preds));
+            if (ranks.size() == 1) {
+                logs.loss = loss_sum / double(count);
+                logs.metrics = measure(objective.metrics, stack(ys), stack(y_preds));
+            } else {
+                Totals step_totals;
+                step_totals.add(0, ys.empty() ? Metrics{} : measure(objective.metrics, stack(ys), stack(y_preds)),
+                                double(local_count));
+                step_totals.loss = loss_sum;
+                ranks.sum(step_totals, objective.metrics.size());
+                logs.loss = step_totals.mean_loss();
+                logs.metrics = step_totals.means(objective.metrics);
+                logs.rank_digests = ranks.gather(state_digest(model.variables(), optimizer));
+            }
             logs.accuracy = first_accuracy(objective.metrics, logs.metrics);
             logs.step = state.step;
             logs.epoch = state.epoch;
@@ -274,7 +342,7 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
             for (const CallbackRef& c : options.callbacks) c->on_step_end(context, logs);
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        const EvaluateOptions evaluation{options.batch_size, objective.loss, objective.metrics};
+        const EvaluateOptions evaluation{options.batch_size, objective.loss, objective.metrics, ranks.communicator()};
         if (state.batch_in_epoch < batches) { // stopped inside the epoch
             if (options.validation)
                 context.validation_accuracy = evaluate(model, *options.validation, evaluation).accuracy;

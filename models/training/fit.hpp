@@ -13,6 +13,16 @@
 /// LossScaleOptimizer, identity otherwise) → gradients of the trainable variables → optimizer.apply. A
 /// step whose gradients are not finite is skipped by the LossScaleOptimizer (and still counts as a step).
 ///
+/// Data-parallel training (the optimizer's communicator(), set by amp::LossScaleOptimizer::set_communicator,
+/// with more than one rank): every rank runs fit alike, on the same data and options. batch_size stays the
+/// global batch: each batch of the shuffled order is split into contiguous shares, one per rank in rank
+/// order (optim::share_begin), each rank computes its share's gradients and the optimizer averages them
+/// across ranks. The step's loss and metrics, the epoch's figures and the validation (shared out the same
+/// way) are summed across ranks, so every rank's callbacks see the same logs; StepLogs::rank_digests holds
+/// every rank's state digest after each step. The order of the examples does not depend on the number of
+/// ranks, so a checkpoint resumes with any number of them. Dropout draws from a generator per rank and
+/// step, derived from the run's. Telemetry counts what this rank rounded.
+///
 /// With accumulate_steps = N > 1, a step runs forward and backward on N consecutive batches, adds their
 /// (scaled) gradients in float32, divides the sums by the number of batches (the mean, as Keras; the last
 /// step of an epoch may have fewer) and applies them once (optimizer.apply_float32). The step's loss and
@@ -54,6 +64,11 @@ struct TrainStep {
     std::int64_t step;                                ///< this step's number, from 1 across epochs
     Rng& dropout_rng;                                 ///< the run's dropout generator
     const GradientHook* gradient_hook = nullptr;      ///< FitOptions::gradient_hook, if set
+    /// What the loss is multiplied by before optimizer.scale_loss. Data-parallel training (see fit) gives
+    /// each rank its share of the global batch × the ranks, so that the ranks' averaged gradients are
+    /// those of the global batch's mean loss: 1 when the shares are equal (and in one process), 0 for a
+    /// rank whose share is empty. A replacement train step must honour it (batch_gradients does).
+    float loss_weight = 1;
 };
 
 /// What a train step tells fit.
@@ -134,6 +149,9 @@ struct EvaluateOptions {
     std::size_t batch_size = 256;
     std::optional<Loss> loss{};                   ///< as FitOptions::loss
     std::optional<std::vector<Metric>> metrics{}; ///< as FitOptions::metrics
+    /// Data-parallel: each rank evaluates its contiguous share of the examples and the figures are summed
+    /// across ranks (every rank gets them). Null: all of them here.
+    optim::Communicator* communicator = nullptr;
 };
 
 struct Evaluation {
@@ -172,6 +190,11 @@ struct Objective {
     std::vector<Metric> metrics;
 };
 Objective objective(const std::optional<Loss>& loss, const std::optional<std::vector<Metric>>& metrics);
+
+/// A 64-bit digest of everything a step changes: every variable's float32 master and the optimizer's state
+/// (optim::Optimizer::state: iterations, slots, loss scale and counters, per-layer and FP8 scales). Two
+/// ranks with equal digests hold the same training state.
+std::uint64_t state_digest(const std::vector<autodiff::Variable>& variables, const optim::Optimizer& optimizer);
 
 /// A hex digest (64-bit FNV-1a) of the bytes of every variable's float32 master, in order: two runs
 /// that end with the same digest ended with the same weights.

@@ -6,8 +6,10 @@
 #include <mixprec/models/training/callback.hpp>
 #include <mixprec/models/training/metrics.hpp>
 #include <mixprec/models/training/model.hpp>
+#include <mixprec/optim/communicator.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -72,5 +74,44 @@ inline double first_accuracy(const std::vector<Metric>& metrics, const Metrics& 
         if (metrics[i].is_accuracy()) return values[i].second;
     return std::numeric_limits<double>::quiet_NaN();
 }
+
+/// One rank's part of a batch of n examples: [begin, begin + size) of it, and the weight of its loss.
+struct Share {
+    std::size_t begin = 0, size = 0;
+    float loss_weight = 1; ///< size · ranks / n: 1 for equal shares, 0 for an empty one
+};
+
+/// The ranks fit and evaluate run on: those of a communicator, or this process alone.
+class Ranks {
+  public:
+    explicit Ranks(optim::Communicator* communicator) : communicator_(communicator) {}
+    int size() const { return communicator_ ? communicator_->size() : 1; }
+    int rank() const { return communicator_ ? communicator_->rank() : 0; }
+    optim::Communicator* communicator() const { return communicator_; }
+
+    Share share(std::size_t n) const {
+        if (size() == 1) return {0, n, 1.0f};
+        const std::size_t begin = optim::share_begin(n, rank(), size());
+        const std::size_t size = optim::share_begin(n, rank() + 1, this->size()) - begin;
+        return {begin, size, static_cast<float>(double(size) * this->size() / double(n))};
+    }
+    /// Sums `totals` (of `metrics` figures) across the ranks.
+    void sum(Totals& totals, std::size_t metrics) const {
+        if (size() == 1) return;
+        totals.metrics.resize(metrics);
+        std::vector<double> values{totals.loss, totals.examples};
+        values.insert(values.end(), totals.metrics.begin(), totals.metrics.end());
+        communicator_->sum(values);
+        totals.loss = values[0];
+        totals.examples = values[1];
+        std::copy(values.begin() + 2, values.end(), totals.metrics.begin());
+    }
+    std::vector<std::uint64_t> gather(std::uint64_t value) const {
+        return communicator_ ? communicator_->gather(value) : std::vector<std::uint64_t>{value};
+    }
+
+  private:
+    optim::Communicator* communicator_;
+};
 
 } // namespace mixprec::models::detail
