@@ -35,30 +35,43 @@ void store(float* dst, const float* src, std::size_t n) {
     std::memcpy(dst, src, n * sizeof(float));
 }
 
-using floats16 = float __attribute__((vector_size(64))); // lowered to what each vector width has
-using ints16 = std::int32_t __attribute__((vector_size(64)));
+using floats8 = float __attribute__((vector_size(32))); // AVX2 and AVX-512: one register
+using floats4 = float __attribute__((vector_size(16))); // the SSE2 baseline
 
 /// Scales p[0..n) in place by `inv`; returns (all finite, Σ p²). Run at the vector width of the
-/// instruction-set level (scale_chunk below): the 16-lane vector type becomes one, two or four
-/// registers, and every width sums the same lanes in the same order, so all give the same bits.
+/// instruction-set level (scale_chunk below). Squares are summed in 16 float lanes, kept as 16 / lanes
+/// vectors V (8 lanes at AVX2 and AVX-512, 4 at the SSE2 baseline: GCC 12 splits a 16-lane vector type
+/// badly, through the stack), and every width sums the same lanes in the same order, so all give the same
+/// bits.
+template <class V>
 [[gnu::always_inline]] inline UnscaleResult scale_lanes(float* p, std::size_t n, float inv) {
-    const floats16 vinv = floats16{} + inv, vmax = floats16{} + FLT_MAX;
-    floats16 squares{};
-    ints16 bad{};
+    using Mask = decltype(V{} < V{});
+    constexpr std::size_t width = sizeof(V) / sizeof(float), parts = 16 / width;
+    const V vinv = V{} + inv, vmax = V{} + FLT_MAX;
+    V squares[parts];
+    Mask bad[parts];
+    std::memset(squares, 0, sizeof squares);
+    std::memset(bad, 0, sizeof bad);
     std::size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        floats16 v;
-        std::memcpy(&v, p + i, sizeof v);
-        v *= vinv;
-        std::memcpy(p + i, &v, sizeof v);
-        squares += v * v;
-        const floats16 magnitude = v < 0 ? -v : v;
-        bad |= ~(magnitude <= vmax); // all ones where v is inf or NaN
-    }
+    for (; i + 16 <= n; i += 16)
+        for (std::size_t h = 0; h < parts; ++h) {
+            V v;
+            std::memcpy(&v, p + i + width * h, sizeof v);
+            v *= vinv;
+            std::memcpy(p + i + width * h, &v, sizeof v);
+            squares[h] += v * v;
+            const V magnitude = v < 0 ? -v : v;
+            bad[h] |= ~(magnitude <= vmax); // all ones where v is inf or NaN
+        }
+    static_assert(sizeof squares == 16 * sizeof(float) && sizeof bad == 16 * sizeof(std::int32_t));
+    float square_lanes[16];
+    std::int32_t bad_lanes[16];
+    std::memcpy(square_lanes, squares, sizeof square_lanes);
+    std::memcpy(bad_lanes, bad, sizeof bad_lanes);
     UnscaleResult r;
-    for (int k = 0; k < 16; ++k) {
-        r.squared_norm += squares[k];
-        r.finite = r.finite && bad[k] == 0;
+    for (std::size_t k = 0; k < 16; ++k) {
+        r.squared_norm += square_lanes[k];
+        r.finite = r.finite && bad_lanes[k] == 0;
     }
     for (; i < n; ++i) {
         const float v = p[i] * inv;
@@ -70,7 +83,9 @@ using ints16 = std::int32_t __attribute__((vector_size(64)));
 }
 
 UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
-    return autodiff::detail::vectorized([&] { return scale_lanes(p, n, inv); });
+    if (autodiff::isa() >= autodiff::Isa::avx2)
+        return autodiff::detail::vectorized([&] { return scale_lanes<floats8>(p, n, inv); });
+    return autodiff::detail::vectorized([&] { return scale_lanes<floats4>(p, n, inv); });
 }
 
 #if defined(__x86_64__)

@@ -498,3 +498,40 @@ BOOST_AUTO_TEST_CASE(a_subset_of_the_variables_steps_and_the_others_keep_their_s
     BOOST_TEST((restored.state(others) == saved));
     BOOST_TEST(restored.scale() == partial.scale());
 }
+
+// The unscale pass on its own, at every length around its 16-lane blocks and chunks: each value is
+// grad · (1/S) exactly, the squared norm is the float32 squares' sum (each lane sums at most n/16 squares
+// in float: relative error ≤ (n/16 + 1) 2^-24 against double), and one inf or NaN anywhere is found.
+BOOST_AUTO_TEST_CASE(unscale_pass_scales_sums_and_checks_every_length) {
+    std::mt19937 gen(11);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (std::size_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 4095, 4096, 4097, 10000}) {
+        std::vector<float> g(n);
+        for (float& v : g) v = normal(gen);
+        for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+            const Tensor grad = Tensor::from_floats(Shape{n}, g, dtype);
+            const std::vector<float> stored = grad.to_floats();
+            std::vector<float> out(n);
+            const amp::UnscaleResult r = amp::unscale(grad, 0.25f, out);
+            double squares = 0;
+            bool exact = true;
+            for (std::size_t i = 0; i < n; ++i) {
+                exact = exact && out[i] == stored[i] * 0.25f;
+                squares += double(out[i]) * out[i];
+            }
+            BOOST_TEST_CONTEXT(n << " " << dtype) {
+                BOOST_TEST(r.finite);
+                BOOST_TEST(exact);
+                BOOST_TEST(std::fabs(r.squared_norm - squares) <= squares * (double(n) / 16 + 1) * 0x1p-24);
+            }
+        }
+        for (std::size_t bad : {std::size_t{0}, n / 2, n - 1}) {
+            if (n == 0) break;
+            for (float special : {INFINITY, -INFINITY, NAN}) {
+                std::vector<float> h = g;
+                h[bad] = special;
+                BOOST_TEST(!amp::unscale_in_place(h, 0.5f).finite, n << " " << bad << " " << special);
+            }
+        }
+    }
+}
