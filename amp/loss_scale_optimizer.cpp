@@ -129,15 +129,14 @@ bool LossScaleOptimizer::apply_accumulated(const std::vector<autodiff::Variable>
     return applied;
 }
 
-optim::OptimizerState LossScaleOptimizer::state() const {
-    optim::OptimizerState s = inner_->state();
-    s.kind = kind();
-    for (optim::StateValue& v : loss_scale_values(snapshot())) s.values.push_back(std::move(v));
+std::vector<optim::StateValue> LossScaleOptimizer::state_values() const {
+    std::vector<optim::StateValue> values = inner_->state_values();
+    for (optim::StateValue& v : loss_scale_values(snapshot())) values.push_back(std::move(v));
     if (layers_)
-        for (optim::StateValue& v : layers_->values()) s.values.push_back(std::move(v));
+        for (optim::StateValue& v : layers_->values()) values.push_back(std::move(v));
     if (fp8_)
-        for (optim::StateValue& v : fp8_->values()) s.values.push_back(std::move(v));
-    return s;
+        for (optim::StateValue& v : fp8_->values()) values.push_back(std::move(v));
+    return values;
 }
 
 void LossScaleOptimizer::load_state(const optim::OptimizerState& state,

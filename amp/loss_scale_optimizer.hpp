@@ -111,9 +111,9 @@ class LossScaleOptimizer final : public optim::Optimizer {
     }
     void set_iterations(std::int64_t iterations) override { inner_->set_iterations(iterations); }
 
-    /// The inner optimizer's state under this kind, with loss_scale_values(snapshot()) after its values.
-    optim::OptimizerState state() const override;
-    using optim::Optimizer::state; // state(variables): the same, numbered among `variables`
+    /// state() is the inner optimizer's state under this kind, with these values after its values:
+    /// loss_scale_values(snapshot()), then the per-layer and FP8 scales if kept.
+    std::vector<optim::StateValue> state_values() const override;
     /// Checks the "loss_scale/…" values (loss_scale_snapshot), lets the inner optimizer load the rest
     /// (Optimizer::load_state), then takes the options, state and counters: all or nothing.
     void load_state(const optim::OptimizerState& state, const std::vector<autodiff::Variable>& variables) override;

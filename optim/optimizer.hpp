@@ -130,6 +130,8 @@ class Optimizer {
     /// constant learning rate as "learning_rate"; an amp::LossScaleOptimizer adds its scale, counters and
     /// options). Each SlotState::variable is a position in slot_variables().
     virtual OptimizerState state() const;
+    /// The named values of state() alone, without copying the slots (a LossScaleOptimizer adds its own).
+    virtual std::vector<StateValue> state_values() const;
     /// The same with each SlotState::variable the position in `variables` of the slot's variable: what
     /// checkpoints save (with all the model's variables) and load_state(state, variables) takes back.
     /// std::invalid_argument naming the variable when this optimizer has slots for one that is not in

@@ -123,8 +123,14 @@ OptimizerState Optimizer::state() const {
     s.built = built();
     for (const Slot& slot : slots())
         s.slots.push_back({slot.name, slot.variable, std::vector<float>(slot.values.begin(), slot.values.end())});
-    if (!learning_rate().schedule()) s.values.push_back({learning_rate_value, double(learning_rate().at(0))});
+    s.values = state_values();
     return s;
+}
+
+std::vector<StateValue> Optimizer::state_values() const {
+    std::vector<StateValue> values;
+    if (!learning_rate().schedule()) values.push_back({learning_rate_value, double(learning_rate().at(0))});
+    return values;
 }
 
 OptimizerState Optimizer::state(const std::vector<Variable>& variables) const {

@@ -334,7 +334,8 @@ int run(const train::Options& o, const World& world) {
                            .accumulate_steps = o.accumulate_steps,
                            .validation = data.test.get(),
                            .telemetry_every = o.telemetry ? o.telemetry_every : 0,
-                           .telemetry_histogram = o.telemetry && !o.plot.empty()};
+                           .telemetry_histogram = o.telemetry && !o.plot.empty(),
+                           .rank_digest_every = o.rank_digest_every};
     if (!o.quiet) fit.callbacks.push_back(&progress);
     fit.callbacks.push_back(&terminate);
     if (share_cores) fit.callbacks.push_back(&*share_cores);

@@ -361,6 +361,11 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "Under mpirun: gradients are summed in all-reduces of at most this many MiB each")
         ->check(finite(0.001, true, 1 << 20, "a number of MiB in [0.001, 1048576]", "IN [0.001, 1048576]"))
         ->capture_default_str();
+    app.add_option("--rank-digest-every", o.rank_digest_every,
+                   "Under mpirun: log every rank's state digest every this many steps, to show that they agree "
+                   "(0: after the last step only; a digest reads the whole state once)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_flag("--quiet", o.quiet, "No progress bar");
 
     try {

@@ -59,6 +59,7 @@ struct Options {
     int inject_nonfinite_rank = -1; ///< data-parallel: the only rank whose gradients get the inf (-1: every rank)
     std::string gradient_transport = "float32"; ///< data-parallel: float32 | compute
     double bucket_mib = 25;                     ///< data-parallel: the all-reduce fusion buffer
+    std::int64_t rank_digest_every = 1;         ///< data-parallel: steps between state digests (0: last only)
     bool quiet = false;
 
     /// The loss-scale settings the flags describe (options.dynamic false with scale 1 for "none").

@@ -47,7 +47,8 @@ struct StepLogs {
     /// for (summed over the batches of an accumulating step), else null.
     std::shared_ptr<const amp::Telemetry> telemetry{};
     /// Data-parallel training: models::state_digest of every rank after this step, in rank order (equal
-    /// when the ranks agree, as they must). Empty in one process.
+    /// when the ranks agree, as they must), on the steps FitOptions::rank_digest_every asks for. Empty in
+    /// one process.
     std::vector<std::uint64_t> rank_digests{};
 };
 

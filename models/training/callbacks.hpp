@@ -93,7 +93,8 @@ struct RunSummary {
     double peak_rss_mib = 0;       ///< this process's peak resident memory
     std::string weights_digest;    ///< weights_digest(model.variables())
     std::string isa;               ///< the instruction-set level in use (autodiff/tensor/isa.hpp)
-    /// Data-parallel training: StepLogs::rank_digests of the last step (empty in one process).
+    /// Data-parallel training: StepLogs::rank_digests of the last step (fit always gathers them there;
+    /// empty in one process).
     std::vector<std::uint64_t> rank_digests{};
 };
 

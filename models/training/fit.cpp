@@ -34,6 +34,7 @@ void validate(const FitOptions& options) {
     if (options.batch_size < 1) throw std::invalid_argument("fit: batch_size must be at least 1");
     if (options.max_steps < 0) throw std::invalid_argument("fit: max_steps must not be negative");
     if (options.accumulate_steps < 1) throw std::invalid_argument("fit: accumulate_steps must be at least 1");
+    if (options.rank_digest_every < 0) throw std::invalid_argument("fit: rank_digest_every must not be negative");
     for (const CallbackRef& c : options.callbacks)
         if (!c.get()) throw std::invalid_argument("fit: a callback is null");
 }
@@ -49,23 +50,35 @@ std::vector<std::size_t> shuffled_order(std::size_t n, Rng& rng) {
 
 namespace {
 
-/// A word-at-a-time 64-bit hash (splitmix64's mixer over each word): fast enough to run every step.
+/// The digest's hash, fast enough to run every step: 64 lanes of 32-bit words, each lane h ← (h ^ w) · c
+/// (c odd: for the words after it fixed, a word that differs always changes its lane's end state),
+/// vectorized by the compiler; then every lane, small value and length is folded into 64 bits with
+/// splitmix64's mixer. Made to catch ranks that diverge, not to resist anyone.
 struct Digest {
+    static constexpr std::size_t lanes = 64;
     std::uint64_t hash = 0x6a09e667f3bcc909ull;
     void add(const void* data, std::size_t bytes) {
         const auto* p = static_cast<const unsigned char*>(data);
-        std::uint64_t word = 0;
-        for (; bytes >= 8; bytes -= 8, p += 8) {
-            std::memcpy(&word, p, 8);
-            hash = autodiff::mix64(hash ^ word);
-        }
-        word = bytes; // the tail's length, then its bytes
-        std::memcpy(reinterpret_cast<unsigned char*>(&word) + 1, p, bytes);
-        hash = autodiff::mix64(hash ^ word);
+        std::uint32_t h[lanes];
+        for (std::size_t k = 0; k < lanes; ++k) h[k] = static_cast<std::uint32_t>(k) * 0x85ebca6bu + 1;
+        std::size_t i = 0;
+        for (; i + 4 * lanes <= bytes; i += 4 * lanes)
+            for (std::size_t k = 0; k < lanes; ++k) {
+                std::uint32_t w;
+                std::memcpy(&w, p + i + 4 * k, 4);
+                h[k] = (h[k] ^ w) * 0x9e3779b1u;
+            }
+        for (std::size_t k = 0; k < lanes; k += 2)
+            hash = autodiff::mix64(hash ^ (std::uint64_t{h[k]} << 32 | h[k + 1]));
+        for (; i < bytes; ++i) hash = autodiff::mix64(hash ^ p[i]);
+        hash = autodiff::mix64(hash ^ bytes);
     }
     template <class T>
     void add(const T& value) {
-        add(&value, sizeof value);
+        std::uint64_t word = 0;
+        static_assert(sizeof value <= sizeof word);
+        std::memcpy(&word, &value, sizeof value);
+        hash = autodiff::mix64(hash ^ word);
     }
 };
 
@@ -74,13 +87,15 @@ struct Digest {
 std::uint64_t state_digest(const std::vector<autodiff::Variable>& variables, const optim::Optimizer& optimizer) {
     Digest d;
     for (const autodiff::Variable& v : variables) d.add(v.value().raw(), v.value().nbytes());
-    const optim::OptimizerState s = optimizer.state(variables);
-    d.add(s.iterations);
-    for (const optim::SlotState& slot : s.slots) {
+    // Slots as the optimizer holds them (state() would copy them), then its other values.
+    for (const optim::Optimizer::Slot& slot : optimizer.slots()) {
         d.add(slot.variable);
         d.add(slot.values.data(), slot.values.size() * sizeof(float));
     }
-    for (const optim::StateValue& v : s.values) {
+    d.add(optimizer.iterations());
+    d.add(optimizer.current_loss_scale());
+    d.add(optimizer.skipped_steps());
+    for (const optim::StateValue& v : optimizer.state_values()) {
         d.add(v.name.data(), v.name.size());
         std::visit([&](const auto& x) { d.add(x); }, v.value);
     }
@@ -323,7 +338,10 @@ std::vector<EpochLogs> fit(Model& model, optim::Optimizer& optimizer, const Data
                 ranks.sum(step_totals, objective.metrics.size());
                 logs.loss = step_totals.mean_loss();
                 logs.metrics = step_totals.means(objective.metrics);
-                logs.rank_digests = ranks.gather(state_digest(model.variables(), optimizer));
+                const bool last = (options.max_steps > 0 && state.step >= options.max_steps) ||
+                                  (state.batch_in_epoch >= batches && state.epoch + 1 >= target);
+                if (last || (options.rank_digest_every > 0 && state.step % options.rank_digest_every == 0))
+                    logs.rank_digests = ranks.gather(state_digest(model.variables(), optimizer));
             }
             logs.accuracy = first_accuracy(objective.metrics, logs.metrics);
             logs.step = state.step;

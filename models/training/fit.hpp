@@ -19,7 +19,7 @@
 /// order (optim::share_begin), each rank computes its share's gradients and the optimizer averages them
 /// across ranks. The step's loss and metrics, the epoch's figures and the validation (shared out the same
 /// way) are summed across ranks, so every rank's callbacks see the same logs; StepLogs::rank_digests holds
-/// every rank's state digest after each step. The order of the examples does not depend on the number of
+/// every rank's state digest after each step (rank_digest_every). The order of the examples does not depend on the number of
 /// ranks, so a checkpoint resumes with any number of them. Dropout draws from a generator per rank and
 /// step, derived from the run's. Telemetry counts what this rank rounded.
 ///
@@ -142,6 +142,10 @@ struct FitOptions {
     /// hand it to callbacks in StepLogs::telemetry; other steps count nothing and cost nothing more.
     std::int64_t telemetry_every = 0;
     bool telemetry_histogram = false; ///< and the exponent histograms (about 1 ns per value rounded)
+    /// Data-parallel: the steps whose number is a multiple of it, and the run's last step, gather every
+    /// rank's state_digest into StepLogs::rank_digests (0: the last step only). A digest reads the whole
+    /// state once: about 1 ms for the 670k-parameter mlp with Adam (8 MB), 12% of its 2-rank step.
+    std::int64_t rank_digest_every = 1;
 };
 
 /// What evaluate measures.
