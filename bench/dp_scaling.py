@@ -41,6 +41,7 @@ def main():
         models.append((name, int(params), float(rate)))
 
     print("| model | transport | bytes per step | one host: step |", " | ".join(f"{n} hosts" for n in HOSTS), "|")
+    print("|---|---|---:|---:|" + "---:|" * len(HOSTS))
     for network, (alpha, beta) in NETWORKS.items():
         print(f"| **{network}** (α = {alpha * 1e6:g} µs, β = {beta / 1e9:g} GB/s) |", " |" * (len(HOSTS) + 3))
         for name, params, rate in models:

@@ -217,3 +217,24 @@ BOOST_AUTO_TEST_CASE(evaluation_shared_out_gives_the_whole_set_s_figures) {
     // the two runs cut the set into different batches.
     BOOST_TEST(shared.loss == whole.loss, boost::test_tools::tolerance(2 * 64 * 0x1p-24));
 }
+
+BOOST_AUTO_TEST_CASE(digests_every_n_steps_and_always_the_last) {
+    const auto data = test_data::blobs(160, 4);
+    for (std::int64_t every : {0, 3}) {
+        models::Sequential model;
+        model.add(models::Dense(3));
+        model.build(Shape{8}, 9);
+        amp::LossScaleOptimizer opt(std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = 0.1f}));
+        opt.set_communicator(comm());
+        StepRecorder recorder;
+        models::TrainingState state;
+        models::fit(model, opt, data, state,
+                    {.epochs = 1, .batch_size = 32, .callbacks = {&recorder}, .rank_digest_every = every});
+        BOOST_TEST_REQUIRE(recorder.steps.size() == 5u);
+        for (const models::StepLogs& s : recorder.steps) {
+            const bool expected = s.step == 5 || (every > 0 && s.step % every == 0);
+            BOOST_TEST(s.rank_digests.empty() == !expected, "every " << every << ", step " << s.step);
+            if (expected) BOOST_TEST(all_equal(s.rank_digests));
+        }
+    }
+}

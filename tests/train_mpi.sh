@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mixprec-train under mpirun with two ranks: every rank ends every step with the same state digest; an inf
 # on rank 1 alone skips the step on both; checkpoints resume bit-exactly with the same number of ranks and
-# continue with another (2 → 1 → 2); a rank killed mid-run ends the job within seconds, and the run resumes.
+# continue with another (2 → 1 → 2); a rank killed mid-run ends the job within seconds, and the run resumes,
+# across 2 → 1 → 2 ranks.
 #
 #   tests/train_mpi.sh TRAINER MPIEXEC WORKDIR
 # Needs Fashion-MNIST; without it the test is skipped (unless MIXPREC_REQUIRE_DATA is set).
@@ -86,33 +87,46 @@ else
     fail "2 -> 1 -> 2 ranks"; cat out.1 out.2
 fi
 
-# 5. Rank 1 killed mid-run: mpirun ends the job within seconds, and the run resumes from the checkpoint.
-"$mpiexec" --oversubscribe -np 2 "$trainer" --quiet --epochs 50 --checkpoint k.ckpt --checkpoint-every 20 \
-    >out.kill 2>&1 &
-job=$!
-for _ in $(seq 600); do [ -e k.ckpt ] && break; sleep 0.1; done
-victim=""
-for pid in $(pgrep -f -- "--checkpoint k.ckpt"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$pid; fi
-done
-if [ -z "$victim" ] || [ ! -e k.ckpt ]; then
-    fail "no checkpoint or no rank 1 to kill"; kill "$job" 2>/dev/null
-else
+# 5. Killed and resumed across 2 → 1 → 2 ranks: rank 1 of two killed once a checkpoint exists (mpirun ends the
+# job within seconds), the run resumed on one rank and killed again once it has saved, then resumed on two
+# ranks to the end.
+# kill_after_save NP RANK: runs NP ranks (resuming k.ckpt if it exists) and SIGKILLs rank RANK once the
+# checkpoint has been written anew; says how long the job took to end.
+kill_after_save() {
+    local np="$1" rank="$2" before="" resume=() victim="" pid
+    [ -e k.ckpt ] && before=$(stat -c %Y.%s k.ckpt) && resume=(--resume k.ckpt) && sleep 1.1 # a new mtime
+    "$mpiexec" --oversubscribe -np "$np" "$trainer" --quiet --epochs 50 --checkpoint k.ckpt --checkpoint-every 20 \
+        "${resume[@]}" >out.kill 2>&1 &
+    local job=$!
+    for _ in $(seq 600); do
+        [ -e k.ckpt ] && [ "$(stat -c %Y.%s k.ckpt)" != "$before" ] && break
+        sleep 0.1
+    done
+    for pid in $(pgrep -f -- "--checkpoint k.ckpt"); do
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$pid
+    done
+    if [ -z "$victim" ] || [ "$(stat -c %Y.%s k.ckpt 2>/dev/null)" = "$before" ]; then
+        fail "np $np: no new checkpoint or no rank $rank to kill"; kill -9 "$job" 2>/dev/null; return 1
+    fi
+    local start
     start=$(date +%s.%N)
     kill -9 "$victim"
     for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+    local seconds
     seconds=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$start" "$(date +%s.%N)")
     if kill -0 "$job" 2>/dev/null; then
-        fail "the job still runs 30 s after rank 1 was killed"; kill -9 "$job"
+        fail "np $np: the job still runs 30 s after rank $rank was killed"; kill -9 "$job"; return 1
     elif wait "$job"; then
-        fail "the job exited 0 after rank 1 was killed"
-    else
-        echo "ok: rank 1 killed; the job ended after ${seconds} s: $(grep -m1 -i 'signal\|killed' out.kill)"
+        fail "np $np: the job exited 0 after rank $rank was killed"; return 1
     fi
-    if run 2 --epochs 50 --resume k.ckpt --max-steps 45 && grep -q "Finished after 45 steps" out.2; then
-        echo "ok: resumed from the last checkpoint to step 45"
+    echo "ok: $np ranks, rank $rank killed after a checkpoint; the job ended ${seconds} s later:" \
+        "$(grep -m1 -i 'signal' out.kill)"
+}
+if kill_after_save 2 1 && kill_after_save 1 0; then
+    if run 2 --epochs 50 --resume k.ckpt --max-steps 100 && grep -q "Finished after 100 steps" out.2; then
+        echo "ok: resumed on 2 ranks from the last checkpoint to step 100"
     else
-        fail "resume after the kill"; cat out.2
+        fail "resume after the kills"; cat out.2
     fi
 fi
 

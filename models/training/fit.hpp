@@ -21,7 +21,9 @@
 /// way) are summed across ranks, so every rank's callbacks see the same logs; StepLogs::rank_digests holds
 /// every rank's state digest after each step (rank_digest_every). The order of the examples does not depend on the number of
 /// ranks, so a checkpoint resumes with any number of them. Dropout draws from a generator per rank and
-/// step, derived from the run's. Telemetry counts what this rank rounded.
+/// step, derived from the run's. Telemetry counts what this rank rounded. Callbacks that write files belong
+/// on rank 0 only; a callback that stops the run must run on every rank (it sees the same logs there), or
+/// the ranks that go on would wait for the others in their next collective.
 ///
 /// With accumulate_steps = N > 1, a step runs forward and backward on N consecutive batches, adds their
 /// (scaled) gradients in float32, divides the sums by the number of batches (the mean, as Keras; the last
