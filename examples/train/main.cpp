@@ -22,9 +22,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 using namespace mixprec;
@@ -119,6 +121,12 @@ World make_world() {
         world.abort = [mpi](int code) { mpi->abort(code); };
         world.communicator = std::move(mpi);
     }
+#else
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+        if (const char* ranks = std::getenv(name); ranks && std::atoi(ranks) > 1)
+            throw std::runtime_error(std::string("this mixprec-train was built without MPI, so each of the ") + ranks +
+                                     " processes mpirun started would train alone: build it where CMake finds an "
+                                     "MPI (Debian: libopenmpi-dev)");
 #endif
     return world;
 }
