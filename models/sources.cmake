@@ -29,6 +29,7 @@ target_sources(mixprec PRIVATE
   models/training/losses.cpp
   models/training/metrics.cpp
   models/training/fit.cpp
+  models/training/digests.cpp
   models/training/compile.cpp
   models/training/callbacks.cpp
   models/training/telemetry_json.cpp
