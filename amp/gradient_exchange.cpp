@@ -48,20 +48,15 @@ const void* GradientExchange::data_of(const Segment& s) const {
 void* GradientExchange::data_of(const Segment& s) { return const_cast<void*>(std::as_const(*this).data_of(s)); }
 
 void GradientExchange::exchange() {
-    last_bytes_ = last_buckets_ = 0;
     const std::size_t float_bucket = options_.bucket_bytes / sizeof(float);
-    for (std::size_t i = 0; i < floats_.size(); i += float_bucket) {
+    for (std::size_t i = 0; i < floats_.size(); i += float_bucket)
         communicator_->sum(std::span(floats_).subspan(i, std::min(float_bucket, floats_.size() - i)));
-        ++last_buckets_;
-    }
-    last_bytes_ += floats_.size() * sizeof(float);
+    last_bytes_ = floats_.size() * sizeof(float);
     const std::size_t half_bucket = options_.bucket_bytes / sizeof(std::uint16_t);
     for (std::size_t d = 0; d < halves_.size(); ++d) {
         std::vector<std::uint16_t>& h = halves_[d];
-        for (std::size_t i = 0; i < h.size(); i += half_bucket) {
+        for (std::size_t i = 0; i < h.size(); i += half_bucket)
             communicator_->sum(std::span(h).subspan(i, std::min(half_bucket, h.size() - i)), autodiff::Dtype(d));
-            ++last_buckets_;
-        }
         last_bytes_ += h.size() * sizeof(std::uint16_t);
     }
 }

@@ -56,11 +56,9 @@ class GradientExchange {
     UnscaleResult reduce(std::vector<std::vector<float>>& grads, std::span<const float> inverse_scales);
 
     optim::Communicator& communicator() const { return *communicator_; }
-    const std::shared_ptr<optim::Communicator>& shared_communicator() const { return communicator_; }
     const DataParallelOptions& options() const { return options_; }
-    /// Bytes each rank contributed to the last reduction's all-reduces, and their number.
+    /// Bytes each rank contributed to the last reduction's all-reduces.
     std::size_t last_bytes() const { return last_bytes_; }
-    std::size_t last_buckets() const { return last_buckets_; }
 
   private:
     struct Segment {
@@ -80,7 +78,7 @@ class GradientExchange {
     std::vector<Segment> segments_;
     std::vector<float> floats_;
     std::array<std::vector<std::uint16_t>, autodiff::dtype_count> halves_; ///< by dtype
-    std::size_t last_bytes_ = 0, last_buckets_ = 0;
+    std::size_t last_bytes_ = 0;
 };
 
 } // namespace mixprec::amp

@@ -148,7 +148,7 @@ class LossScaleOptimizer final : public optim::Optimizer {
     /// process again). Every rank must make this optimizer alike and call apply in step with the others.
     void set_communicator(std::shared_ptr<optim::Communicator> communicator, DataParallelOptions options = {});
     optim::Communicator* communicator() const override { return exchange_ ? &exchange_->communicator() : nullptr; }
-    /// The reduction of data-parallel steps (null without a communicator): bytes per step, buckets.
+    /// The reduction of data-parallel steps (null without a communicator): its bytes per step.
     const GradientExchange* gradient_exchange() const { return exchange_ ? &*exchange_ : nullptr; }
     /// Restores the counters kept here (checkpoints).
     void set_counters(std::int64_t skipped_steps, bool last_step_skipped, double last_gradient_norm);
