@@ -5,6 +5,7 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <omp.h>
 
@@ -209,16 +210,17 @@ struct float_result {
 };
 
 /// Float32 values for elements [at, at + n) of t: its own storage for float32, else this thread's
-/// scratch, which commit() rounds into t once. Zeroed when `zero` (for accumulating into).
+/// scratch, which commit() rounds into t once (one part of `batch`, which records t's whole rounding).
+/// Zeroed when `zero` (for accumulating into).
 float* workspace(Tensor& t, std::size_t at, std::size_t n, bool zero) {
     float* v = t.dtype() == Dtype::float32 ? static_cast<float*>(t.raw()) + at : scratch<float>(image_result, n);
     if (zero) std::fill_n(v, n, 0.0f);
     return v;
 }
 
-void commit(Tensor& t, std::size_t at, const float* v, std::size_t n) {
+void commit(Tensor& t, std::size_t at, const float* v, std::size_t n, RoundingBatch& batch) {
     if (t.dtype() != Dtype::float32)
-        narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype());
+        narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype(), batch);
 }
 
 /// Images per chunk of the range [lo, hi), balanced so every chunk has about the same size.
@@ -246,6 +248,7 @@ void over_batch(const geometry& g, Part part) {
 
 template <class T>
 void forward(const geometry& g, const T* x, const T* w, const float* bias, float alpha, Tensor& y) {
+    RoundingBatch rounding(y);
     over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
         const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
         T* cols = scratch<T>(0, k * most * l);
@@ -261,7 +264,7 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, float
                     const float add = bias ? bias[o] : 0.0f;
                     for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] * alpha + add;
                 }
-                commit(y, (n0 + b) * g.o * l, dst, g.o * l);
+                commit(y, (n0 + b) * g.o * l, dst, g.o * l, rounding);
             }
         }
     });
@@ -278,6 +281,7 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
     const std::size_t k = g.k(), l = g.l(), image = g.c * g.h * g.w, sums = g.o * k + g.o;
     // Each thread sums its images' dw and dbias into its own slice; the slices are added in thread order.
     std::vector<float> partial(sums * static_cast<std::size_t>(omp_get_max_threads()), 0.0f);
+    RoundingBatch rounding(d.dx ? d.dx->raw() : nullptr, d.dx ? d.dx->nbytes() : 0);
     over_batch(g, [&](std::size_t t, std::size_t lo, std::size_t hi) {
         const std::size_t most = chunk_size(g, lo, hi);
         float *dw = partial.data() + t * sums, *db = dw + g.o * k;
@@ -309,7 +313,7 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
                 col2im(g, dcols, row, b, dx);
                 if (d.dx_alpha != 1.0f)
                     for (std::size_t i = 0; i < image; ++i) dx[i] *= d.dx_alpha;
-                commit(*d.dx, (n0 + b) * image, dx, image);
+                commit(*d.dx, (n0 + b) * image, dx, image, rounding);
             }
         }
     });
@@ -376,7 +380,8 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
                     const float add = b ? b[o] : 0.0f;
                     for (std::size_t i = 0; i < g.l(); ++i) v[i] = v[i] * alpha + add;
                 }
-        commit(y, 0, wide, y.size());
+        RoundingBatch rounding(y);
+        commit(y, 0, wide, y.size(), rounding);
         break;
     }
     case route::im2col_bf16:
@@ -410,7 +415,10 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
                                      dw.data, db ? db->data : nullptr);
         if (dx && dx_alpha != 1.0f)
             for (std::size_t i = 0; i < dx->size(); ++i) wide[i] *= dx_alpha;
-        if (dx) commit(*dx, 0, wide, dx->size());
+        if (dx) {
+            RoundingBatch rounding(*dx);
+            commit(*dx, 0, wide, dx->size(), rounding);
+        }
         break;
     }
     case route::im2col_bf16:

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace mixprec::autodiff;
@@ -203,4 +204,47 @@ BOOST_AUTO_TEST_CASE(no_recorder_no_counting) {
     BOOST_TEST(active_rounding_recorder() == nullptr);
     { RoundingRecorder r; }
     BOOST_TEST(active_rounding_recorder() == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_records_its_parts_as_one_write) {
+    std::mt19937 gen(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> src(3 * 2048 + 77);
+    for (float& x : src) x = std::ldexp(normal(gen), int(gen() % 80) - 40); // every class
+    src[9] = 0;
+    src[10] = std::numeric_limits<float>::infinity();
+    std::vector<std::uint16_t> plain(src.size());
+    narrow(src.data(), plain.data(), src.size(), Dtype::float16);
+
+    Tensor t(Shape{src.size()}, Dtype::float16);
+    RoundingRecorder recorder({.histogram = true});
+    {
+        RoundingBatch batch(t);
+        BOOST_TEST(batch.recorder() == &recorder);
+        std::vector<std::thread> threads; // parts on several threads (one OpenMP thread number: one slot)
+        for (std::size_t part = 0; part < 4; ++part)
+            threads.emplace_back([&, part] {
+                const std::size_t begin = src.size() * part / 4, end = src.size() * (part + 1) / 4;
+                narrow(src.data() + begin, static_cast<std::uint16_t*>(t.raw()) + begin, end - begin, Dtype::float16,
+                       batch);
+            });
+        for (std::thread& th : threads) th.join();
+        BOOST_TEST(recorder.total().count == 0u); // recorded when the batch ends
+    }
+    BOOST_TEST(std::memcmp(plain.data(), t.raw(), t.nbytes()) == 0);
+    const RoundingStats want = classify(src, Dtype::float16, /*histogram=*/true);
+    BOOST_TEST((recorder.total() == want));
+    BOOST_TEST((recorder.stats_of(t) == want));
+    BOOST_TEST(want.underflow > 0u);
+    BOOST_TEST(want.nonfinite == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_without_a_recorder_only_rounds) {
+    const std::vector<float> src{1.0f, 1e-9f, 7e4f};
+    std::vector<std::uint16_t> plain(3), batched(3);
+    narrow(src.data(), plain.data(), 3, Dtype::float16);
+    RoundingBatch batch(batched.data(), 6);
+    BOOST_TEST(batch.recorder() == nullptr);
+    narrow(src.data(), batched.data(), 3, Dtype::float16, batch);
+    BOOST_TEST(plain == batched);
 }

@@ -50,26 +50,43 @@ void detail::narrow_unrecorded(const float* src, void* dst, std::size_t n, Dtype
     (overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i])(src, dst, n);
 }
 
-void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
-    check_count(src, dst, n);
-    if (n == 0) return;
-    RoundingRecorder* recorder = active_rounding_recorder();
-    if (recorder == nullptr) [[likely]]
-        return detail::narrow_unrecorded(src, dst, n, to, overflow);
+namespace {
+
+/// narrow() with telemetry: rounds and counts block by block, and returns the stats.
+RoundingStats narrow_counted(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow, bool histogram) {
     const auto& k = kernels_for(isa());
     const auto i = static_cast<std::size_t>(to);
     const detail::narrow_fn round = overflow == Overflow::saturate ? k.narrow_saturate[i] : k.narrow[i];
     auto* out = static_cast<std::byte*>(dst);
     const std::size_t width = size_of(to);
     const detail::narrow_tally_fn fused = overflow == Overflow::saturate ? nullptr : k.narrow_tally[i];
-    const RoundingStats stats = detail::tallied(
-        src, n, to, recorder->histogram(),
+    return detail::tallied(
+        src, n, to, histogram,
         [&](std::size_t at, std::size_t m, const detail::tally_bounds& bounds, detail::tally_counts& counts) {
             if (fused != nullptr) return fused(src + at, out + at * width, m, bounds, counts);
             round(src + at, out + at * width, m);
             k.tally(src + at, m, bounds, counts);
         });
-    recorder->record(dst, n * width, stats);
+}
+
+} // namespace
+
+void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow) {
+    check_count(src, dst, n);
+    if (n == 0) return;
+    RoundingRecorder* recorder = active_rounding_recorder();
+    if (recorder == nullptr) [[likely]]
+        return detail::narrow_unrecorded(src, dst, n, to, overflow);
+    recorder->record(dst, n * size_of(to), narrow_counted(src, dst, n, to, overflow, recorder->histogram()));
+}
+
+void narrow(const float* src, void* dst, std::size_t n, Dtype to, RoundingBatch& batch, Overflow overflow) {
+    check_count(src, dst, n);
+    if (n == 0) return;
+    RoundingRecorder* recorder = batch.recorder();
+    if (recorder == nullptr) [[likely]]
+        return detail::narrow_unrecorded(src, dst, n, to, overflow);
+    batch.add(narrow_counted(src, dst, n, to, overflow, recorder->histogram()));
 }
 
 void widen(const void* src, Dtype from, float* dst, std::size_t n) {

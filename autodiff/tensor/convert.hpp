@@ -25,6 +25,12 @@ enum class Overflow : unsigned char {
 /// dst[i] = round(src[i]) in format `to`. `dst` holds n elements of `to` (n * size_of(to) bytes).
 void narrow(const float* src, void* dst, std::size_t n, Dtype to, Overflow overflow = Overflow::infinity);
 
+class RoundingBatch;
+/// narrow() as one part of a write made of several (rounding.hpp): what rounding telemetry counts goes
+/// to `batch`, which records the whole write once.
+void narrow(const float* src, void* dst, std::size_t n, Dtype to, RoundingBatch& batch,
+            Overflow overflow = Overflow::infinity);
+
 /// dst[i] = src[i] widened exactly to float32. `src` holds n elements of `from`.
 void widen(const void* src, Dtype from, float* dst, std::size_t n);
 

@@ -3,6 +3,7 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <cblas.h>
 
@@ -83,21 +84,24 @@ float* float32_product(Tensor& out, std::size_t offset, std::size_t count, std::
 }
 
 /// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): multiplied by alpha, the
-/// bias added to each row, if any, and the rows rounded into out unless it is float32 (then c is out's storage already).
-void finish_rows(float* c, float alpha, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1) {
+/// bias added to each row, if any, and the rows rounded into out unless it is float32 (then c is out's
+/// storage already), one part of `rounding`, which records out's whole rounding.
+void finish_rows(float* c, float alpha, const float* bias, Tensor& out, std::size_t n, std::size_t r0, std::size_t r1,
+                 RoundingBatch& rounding) {
     if (alpha != 1.0f)
         for (std::size_t i = 0; i < (r1 - r0) * n; ++i) c[i] *= alpha;
     if (bias != nullptr)
         for (std::size_t i = 0; i < r1 - r0; ++i)
             for (std::size_t j = 0; j < n; ++j) c[i * n + j] += bias[j];
     if (out.dtype() != Dtype::float32)
-        narrow(c, static_cast<std::byte*>(out.raw()) + r0 * n * size_of(out.dtype()), (r1 - r0) * n, out.dtype());
+        narrow(c, static_cast<std::byte*>(out.raw()) + r0 * n * size_of(out.dtype()), (r1 - r0) * n, out.dtype(),
+               rounding);
 }
 
 /// Rows [r0, r1) of a product whose batches stack into one matrix of rows (a not transposed, one b):
 /// those rows of a widened, one sgemm against the widened b, then finish_rows.
 void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, float alpha, const float* bias,
-                  Tensor& out, std::size_t r0, std::size_t r1) {
+                  Tensor& out, std::size_t r0, std::size_t r1, RoundingBatch& rounding) {
     thread_local std::vector<float> wa, wc;
     const std::size_t rows = r1 - r0, width = size_of(a.dtype());
     const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
@@ -108,7 +112,7 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
     }
     float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
     detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
-    finish_rows(c, alpha, bias, out, s.n, r0, r1);
+    finish_rows(c, alpha, bias, out, s.n, r0, r1, rounding);
 }
 
 /// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
@@ -161,10 +165,12 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     const std::vector<float> bias_floats = bias != nullptr ? bias->to_floats() : std::vector<float>{};
     const float* add = bias != nullptr ? bias_floats.data() : nullptr;
     const std::size_t rows = s.batch * s.m;
+    RoundingBatch rounding(out);
     if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
         const float* pb = as_float32(b, wb);
-        detail::split(rows, 16,
-                      [&](std::size_t r0, std::size_t r1) { product_rows(s, a, pb, options.alpha, add, out, r0, r1); });
+        detail::split(rows, 16, [&](std::size_t r0, std::size_t r1) {
+            product_rows(s, a, pb, options.alpha, add, out, r0, r1, rounding);
+        });
         return out;
     }
     float* c = float32_product(out, 0, out.size(), wc);
@@ -173,7 +179,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     } else {
         detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
     }
-    finish_rows(c, options.alpha, add, out, s.n, 0, rows);
+    finish_rows(c, options.alpha, add, out, s.n, 0, rows, rounding);
     return out;
 }
 

@@ -41,6 +41,7 @@ Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow,
                                     " is not narrower than float32 (quantize into float16, bfloat16, cbfloat16 or "
                                     "an FP8 format)");
     Tensor out = Tensor::uninitialized(x.shape(), format);
+    RoundingBatch rounding(out);
     detail::for_each_chunk(x.size(), [&](std::size_t i, std::size_t n) {
         std::array<float, detail::chunk> in, scaled;
         const float* v = detail::floats_at(x, i, n, in);
@@ -48,7 +49,7 @@ Tensor quantize(const Tensor& x, float scale, Dtype format, Overflow overflow,
         if (stochastic)
             narrow_stochastic(scaled.data(), detail::bytes_at(out, i), n, format, *stochastic, i, overflow);
         else
-            narrow(scaled.data(), detail::bytes_at(out, i), n, format, overflow);
+            narrow(scaled.data(), detail::bytes_at(out, i), n, format, rounding, overflow);
     });
     return out;
 }

@@ -4,6 +4,8 @@
 #include <mixprec/autodiff/tensor/detail/rounding_tally.hpp>
 #include <mixprec/autodiff/tensor/format.hpp>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -162,6 +164,29 @@ RoundingRecorder::~RoundingRecorder() {
     const std::scoped_lock lock(outer_->mutex_);
     for (auto& [begin, write] : writes_) outer_->record_locked(begin, std::move(write));
     outer_->total_ += total_;
+}
+
+RoundingBatch::RoundingBatch(const void* dst, std::size_t bytes)
+    : recorder_(active_rounding_recorder()),
+      dst_(dst),
+      bytes_(bytes),
+      slots_(recorder_ != nullptr ? static_cast<std::size_t>(std::max(1, omp_get_max_threads())) : 0) {}
+
+RoundingBatch::~RoundingBatch() {
+    RoundingStats sum;
+    bool added = false;
+    for (const Slot& slot : slots_) {
+        sum += slot.sum;
+        added = added || slot.added;
+    }
+    if (added) recorder_->record(dst_, bytes_, sum);
+}
+
+void RoundingBatch::add(const RoundingStats& stats) {
+    Slot& slot = slots_[static_cast<std::size_t>(omp_get_thread_num()) % slots_.size()];
+    const std::scoped_lock lock(slot.mutex);
+    slot.sum += stats;
+    slot.added = true;
 }
 
 RoundingRecorder* active_rounding_recorder() { return active_recorder.load(std::memory_order_acquire); }

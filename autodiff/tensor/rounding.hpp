@@ -16,9 +16,11 @@
 /// A RoundingRecorder, while it lives, makes narrow() count these classes (and the largest finite |x|,
 /// and optionally a histogram of exponents) for every call, on any thread, block by block as it rounds:
 /// the values are read while they are in cache, with no pass of their own, and where a path has a fused
-/// kernel (float16 and bfloat16 at avx2) they are counted on the vector being converted. Without a
-/// recorder narrow() counts nothing and costs one load more than it did. Counts are integers and amax is a maximum, so
-/// they are the same at every instruction-set level and however the work is split.
+/// kernel (float16 and bfloat16 at avx2) they are counted on the vector being converted. A kernel that
+/// rounds one tensor in many pieces (chunks, row blocks, on several threads) gathers their counts in a
+/// RoundingBatch and records them once. Without a recorder narrow() counts nothing and costs one load
+/// more than it did. Counts are integers and amax is a maximum, so they are the same at every
+/// instruction-set level and however the work is split.
 ///
 /// Only narrow() counts. The one kernel that rounds by other means is oneDNN's bfloat16 matmul at the
 /// avx512_bf16 level (kernels_matmul.hpp), which rounds its products itself: stats_of classifies those
@@ -116,6 +118,39 @@ class RoundingRecorder {
     std::map<std::uintptr_t, Write> writes_; // by first byte; a later write replaces what it overlaps
     RoundingStats total_;
     RoundingStats* also_ = nullptr;
+};
+
+/// One write made of many narrow() calls: the chunks of an elementwise kernel, the row blocks of a product,
+/// on any threads. While a recorder is active, narrow(…, batch) adds each call's stats here instead of
+/// recording them, and the batch records their sum as one write of its whole region when it ends: one
+/// entry for the recorder, where one per call would cost as much as the counting. Each OpenMP thread adds
+/// to a slot of its own, so that threads counting their chunks do not pass one cache line back and forth.
+/// The calls must write inside the region, and no other rounding may write there while the batch lives.
+/// Without a recorder (when the batch is made) it does nothing.
+class RoundingBatch {
+  public:
+    RoundingBatch(const void* dst, std::size_t bytes);
+    explicit RoundingBatch(const Tensor& tensor) : RoundingBatch(tensor.raw(), tensor.nbytes()) {}
+    /// Records what was added (the recorder's map may allocate: std::bad_alloc ends the program here).
+    ~RoundingBatch();
+    RoundingBatch(const RoundingBatch&) = delete;
+    RoundingBatch& operator=(const RoundingBatch&) = delete;
+
+    /// The recorder active when the batch was made, or null.
+    RoundingRecorder* recorder() const { return recorder_; }
+    /// Adds the stats of one call (any thread).
+    void add(const RoundingStats& stats);
+
+  private:
+    struct alignas(64) Slot {
+        std::mutex mutex; // taken by one thread at a time but for a thread number shared across teams
+        RoundingStats sum;
+        bool added = false;
+    };
+    RoundingRecorder* recorder_;
+    const void* dst_;
+    std::size_t bytes_;
+    std::vector<Slot> slots_; // by OpenMP thread number, modulo their count; empty without a recorder
 };
 
 /// The recorder narrow() reports to now, or null.

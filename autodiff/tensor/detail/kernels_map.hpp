@@ -6,6 +6,7 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <algorithm>
@@ -49,20 +50,22 @@ inline const float* floats_at(const Tensor& t, std::size_t i, std::size_t n, std
 inline float* result_at(Tensor& out, std::size_t i, std::array<float, chunk>& scratch) {
     return out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) + i : scratch.data();
 }
-inline void store(const float* result, Tensor& out, std::size_t i, std::size_t n) {
-    if (out.dtype() != Dtype::float32) narrow(result, bytes_at(out, i), n, out.dtype());
+/// Rounds `result` into elements [i, i + n) of `out`, one part of the write `batch` records (rounding.hpp).
+inline void store(const float* result, Tensor& out, std::size_t i, std::size_t n, RoundingBatch& batch) {
+    if (out.dtype() != Dtype::float32) narrow(result, bytes_at(out, i), n, out.dtype(), batch);
 }
 
 /// out[i] = f(x[i]) in x's dtype.
 template <class F>
 Tensor map(const Tensor& x, F f) {
     Tensor out = Tensor::uninitialized(x.shape(), x.dtype());
+    RoundingBatch batch(out);
     for_each_chunk(x.size(), [&](std::size_t i, std::size_t n) {
         std::array<float, chunk> u, r;
         const float* in = floats_at(x, i, n, u);
         float* res = result_at(out, i, r);
         for (std::size_t j = 0; j < n; ++j) res[j] = f(in[j]);
-        store(res, out, i, n);
+        store(res, out, i, n, batch);
     });
     return out;
 }
@@ -72,13 +75,14 @@ template <class F>
 Tensor zip(const Tensor& a, const Tensor& b, Dtype dtype, F f) {
     check_same_shape(a, b, "elementwise");
     Tensor out = Tensor::uninitialized(a.shape(), dtype);
+    RoundingBatch batch(out);
     for_each_chunk(a.size(), [&](std::size_t i, std::size_t n) {
         std::array<float, chunk> u, v, r;
         const float* pa = floats_at(a, i, n, u);
         const float* pb = floats_at(b, i, n, v);
         float* res = result_at(out, i, r);
         for (std::size_t j = 0; j < n; ++j) res[j] = f(pa[j], pb[j]);
-        store(res, out, i, n);
+        store(res, out, i, n, batch);
     });
     return out;
 }
@@ -89,6 +93,7 @@ Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Dtype dtype, F f)
     check_same_shape(a, b, "elementwise");
     check_same_shape(a, c, "elementwise");
     Tensor out = Tensor::uninitialized(a.shape(), dtype);
+    RoundingBatch batch(out);
     for_each_chunk(a.size(), [&](std::size_t i, std::size_t n) {
         std::array<float, chunk> u, v, w, r;
         const float* pa = floats_at(a, i, n, u);
@@ -96,7 +101,7 @@ Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Dtype dtype, F f)
         const float* pc = floats_at(c, i, n, w);
         float* res = result_at(out, i, r);
         for (std::size_t j = 0; j < n; ++j) res[j] = f(pa[j], pb[j], pc[j]);
-        store(res, out, i, n);
+        store(res, out, i, n, batch);
     });
     return out;
 }

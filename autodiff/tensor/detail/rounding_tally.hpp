@@ -4,7 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 
 namespace mixprec::autodiff {
 enum class Dtype : std::uint8_t;
@@ -37,7 +37,26 @@ const tally_bounds& tally_bounds_for(Dtype format);
 /// The tally loop of the instruction-set level in use (convert.cpp).
 tally_fn tally_function();
 /// Counts one block: block(offset, count, bounds, counts) adds the stats of src[offset, offset + count).
-using tally_block_fn = std::function<void(std::size_t, std::size_t, const tally_bounds&, tally_counts&)>;
+/// A reference to the caller's callable, which must outlive it (a lambda passed to tallied() does): unlike
+/// std::function it never allocates, and narrow() makes one per call.
+class tally_block_fn {
+  public:
+    template <class F>
+    requires(!std::is_same_v<F, tally_block_fn> &&
+             std::is_invocable_v<const F&, std::size_t, std::size_t, const tally_bounds&, tally_counts&>)
+        tally_block_fn(const F& f) // implicit: callers pass a lambda
+        : object_(&f),
+          call_([](const void* object, std::size_t at, std::size_t m, const tally_bounds& b, tally_counts& c) {
+              (*static_cast<const F*>(object))(at, m, b, c);
+          }) {}
+    void operator()(std::size_t at, std::size_t m, const tally_bounds& b, tally_counts& c) const {
+        call_(object_, at, m, b, c);
+    }
+
+  private:
+    const void* object_;
+    void (*call_)(const void*, std::size_t, std::size_t, const tally_bounds&, tally_counts&);
+};
 /// The stats of rounding src[0, n) into `format`, counted block by block (so that a block is counted
 /// while in cache, right after it is rounded), with the exponent histogram if asked.
 RoundingStats tallied(const float* src, std::size_t n, Dtype format, bool histogram, const tally_block_fn& block);
