@@ -143,7 +143,7 @@ class RoundingBatch {
 
   private:
     struct alignas(64) Slot {
-        std::mutex mutex; // taken by one thread at a time but for a thread number shared across teams
+        std::mutex mutex; // uncontended unless threads of two teams share a thread number
         RoundingStats sum;
         bool added = false;
     };
