@@ -174,19 +174,14 @@ RoundingBatch::RoundingBatch(const void* dst, std::size_t bytes)
 
 RoundingBatch::~RoundingBatch() {
     RoundingStats sum;
-    bool added = false;
-    for (const Slot& slot : slots_) {
-        sum += slot.sum;
-        added = added || slot.added;
-    }
-    if (added) recorder_->record(dst_, bytes_, sum);
+    for (const Slot& slot : slots_) sum += slot.sum;
+    if (sum.count != 0) recorder_->record(dst_, bytes_, sum); // every call that added rounded something
 }
 
 void RoundingBatch::add(const RoundingStats& stats) {
     Slot& slot = slots_[static_cast<std::size_t>(omp_get_thread_num()) % slots_.size()];
     const std::scoped_lock lock(slot.mutex);
     slot.sum += stats;
-    slot.added = true;
 }
 
 RoundingRecorder* active_rounding_recorder() { return active_recorder.load(std::memory_order_acquire); }

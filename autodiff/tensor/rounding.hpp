@@ -145,7 +145,6 @@ class RoundingBatch {
     struct alignas(64) Slot {
         std::mutex mutex; // uncontended unless threads of two teams share a thread number
         RoundingStats sum;
-        bool added = false;
     };
     RoundingRecorder* recorder_;
     const void* dst_;
