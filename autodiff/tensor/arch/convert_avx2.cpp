@@ -78,7 +78,7 @@ struct tally_lanes {
 
 /// Rounds the whole vectors of src[0, n) into out and counts them into `lanes`; returns how many values
 /// that was. Not inlined: inlined into its caller, GCC 12 added a register move per counter and vector
-/// (19 instructions per 8 float16 values instead of 13).
+/// (19 instructions per 8 float16 values instead of 15).
 template <class To>
 [[gnu::noinline]] std::size_t narrow_count_vectors(const float* src, std::uint16_t* out, std::size_t n,
                                                    const tally_bounds& b, tally_lanes& lanes) {
