@@ -2,6 +2,8 @@
 
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -90,27 +92,19 @@ void argmax_2x2_row(const float* __restrict r0, const float* __restrict r1, std:
     }
 }
 
-void argmax_2x2(const geometry& g, const float* x, std::uint32_t* out) {
-    for (std::size_t pl = 0; pl < g.planes; ++pl)
-        for (std::size_t i = 0; i < g.ho; ++i, out += g.wo) {
-            const std::size_t row = pl * g.h * g.w + 2 * i * g.w;
-            argmax_2x2_row(x + row, x + row + g.w, g.wo, static_cast<std::uint32_t>(row),
-                           static_cast<std::uint32_t>(g.w), out);
-        }
-}
-
-/// Index in x of the max of each window (first on ties, first NaN wins), for every output element.
-std::vector<std::uint32_t> argmax(const geometry& g, const float* x) {
-    std::vector<std::uint32_t> idx(g.planes * g.ho * g.wo);
-    std::uint32_t* out = idx.data();
+/// Index in x of the max of each window (first on ties, first NaN wins), for the output elements of
+/// `planes` consecutive planes of x starting at plane `first` (`plane` points at that one's first element).
+void argmax(const geometry& g, const float* plane, std::size_t first, std::size_t planes, std::uint32_t* out) {
     const std::array<std::size_t, 2> two{2, 2}, none{0, 0};
-    if (g.kernel == two && g.stride == two && g.padding == none) {
-        argmax_2x2(g, x, out);
-        return idx;
-    }
-    for (std::size_t pl = 0; pl < g.planes; ++pl) {
-        const float* plane = x + pl * g.h * g.w;
-        const auto base = static_cast<std::uint32_t>(pl * g.h * g.w);
+    const bool two_by_two = g.kernel == two && g.stride == two && g.padding == none;
+    for (std::size_t pl = 0; pl < planes; ++pl, plane += g.h * g.w) {
+        const auto base = static_cast<std::uint32_t>((first + pl) * g.h * g.w);
+        if (two_by_two) {
+            for (std::size_t i = 0; i < g.ho; ++i, out += g.wo)
+                argmax_2x2_row(plane + 2 * i * g.w, plane + (2 * i + 1) * g.w, g.wo,
+                               base + static_cast<std::uint32_t>(2 * i * g.w), static_cast<std::uint32_t>(g.w), out);
+            continue;
+        }
         for (std::size_t i = 0; i < g.ho; ++i)
             for (std::size_t j = 0; j < g.wo; ++j) {
                 const window v = g.at(i, j);
@@ -126,17 +120,75 @@ std::vector<std::uint32_t> argmax(const geometry& g, const float* x) {
                 *out++ = base + static_cast<std::uint32_t>(best_at);
             }
     }
-    return idx;
 }
 
-const float* floats_of(const Tensor& t, std::vector<float>& scratch) {
-    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
-    scratch.resize(t.size());
-    widen(t.raw(), t.dtype(), scratch.data(), t.size());
+/// Runs body(first plane, planes) on blocks of about 2,048 `per_plane` elements (one narrow() call of
+/// useful length each, small enough to stay in cache), spread over the threads: planes are independent,
+/// so the bits do not depend on the split.
+template <class Body>
+void for_plane_blocks(const geometry& g, std::size_t per_plane, Body body) {
+    const std::size_t per_block = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(per_plane, 1)),
+                      blocks = (g.planes + per_block - 1) / per_block;
+    detail::split(blocks, 4, [&](std::size_t b0, std::size_t b1) {
+        for (std::size_t b = b0; b < b1; ++b) {
+            const std::size_t first = b * per_block;
+            body(first, std::min(per_block, g.planes - first));
+        }
+    });
+}
+
+/// Elements [at, at + n) of t as floats: t's own for float32, else widened into `scratch`.
+const float* floats_at(const Tensor& t, std::size_t at, std::size_t n, std::vector<float>& scratch) {
+    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw()) + at;
+    scratch.resize(n);
+    widen(static_cast<const std::byte*>(t.raw()) + at * size_of(t.dtype()), t.dtype(), scratch.data(), n);
     return scratch.data();
 }
 
-Shape output_shape(const Tensor& x, const geometry& g) { return Shape{x.shape()[0], x.shape()[1], g.ho, g.wo}; }
+/// Where to form elements [at, at + n) of `out` in float32: in place for float32, else `scratch`, which
+/// store() then rounds into out once, as one part of `batch`.
+float* result_at(Tensor& out, std::size_t at, std::size_t n, std::vector<float>& scratch) {
+    if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + at;
+    scratch.resize(n);
+    return scratch.data();
+}
+void store(const float* result, Tensor& out, std::size_t at, std::size_t n, RoundingBatch& batch) {
+    if (out.dtype() != Dtype::float32)
+        narrow(result, static_cast<std::byte*>(out.raw()) + at * size_of(out.dtype()), n, out.dtype(), batch);
+}
+
+/// A pooling: y (in x's dtype) from forward(first plane, planes, x's planes, y's planes in float32) on
+/// blocks of planes, each result rounded once.
+template <class Forward>
+Tensor pool_forward(const geometry& g, const Tensor& x, Forward forward) {
+    const std::size_t in = g.h * g.w, out = g.ho * g.wo;
+    Tensor y = Tensor::uninitialized(Shape{x.shape()[0], x.shape()[1], g.ho, g.wo}, x.dtype());
+    RoundingBatch rounding(y);
+    for_plane_blocks(g, out, [&](std::size_t first, std::size_t planes) {
+        thread_local std::vector<float> xs, ys;
+        float* v = result_at(y, first * out, planes * out, ys);
+        forward(first, planes, floats_at(x, first * in, planes * in, xs), v);
+        store(v, y, first * out, planes * out, rounding);
+    });
+    return y;
+}
+
+/// A pooling's gradient: dx (`shape`, in `dtype`) summed in float32 by scatter(first plane, planes, dy's
+/// planes, dx's planes zeroed) on blocks of planes, each result rounded once.
+template <class Scatter>
+Tensor pool_backward(const geometry& g, const Shape& shape, Dtype dtype, const Tensor& dy, Scatter scatter) {
+    const std::size_t in = g.h * g.w, out = g.ho * g.wo;
+    Tensor dx = Tensor::uninitialized(shape, dtype);
+    RoundingBatch rounding(dx);
+    for_plane_blocks(g, in, [&](std::size_t first, std::size_t planes) {
+        thread_local std::vector<float> dys, dxs;
+        float* v = result_at(dx, first * in, planes * in, dxs);
+        std::fill_n(v, planes * in, 0.0f);
+        scatter(first, planes, floats_at(dy, first * out, planes * out, dys), v);
+        store(v, dx, first * in, planes * in, rounding);
+    });
+    return dx;
+}
 
 } // namespace
 
@@ -145,54 +197,59 @@ Tensor max_pool2d(const Tensor& x, std::array<std::size_t, 2> kernel, std::array
     const geometry g = check("max_pool2d", x, kernel, stride, padding);
     if (x.size() > std::numeric_limits<std::uint32_t>::max())
         throw shape_error("max_pool2d: input " + x.shape().to_string() + " has more than 2^32 - 1 elements");
-    std::vector<float> xs;
-    const float* xf = floats_of(x, xs);
+    const std::size_t in = g.h * g.w, out = g.ho * g.wo;
     // The argmax of every window, found once: the backward pass routes the gradient through the same indices.
-    auto idx = std::make_shared<const std::vector<std::uint32_t>>(argmax(g, xf));
-    std::vector<float> y(idx->size());
-    for (std::size_t i = 0; i < idx->size(); ++i) y[i] = xf[(*idx)[i]];
-    Tensor out = Tensor::from_floats(output_shape(x, g), y, x.dtype()); // exact: every y is an element of x
+    auto idx = std::make_shared<std::vector<std::uint32_t>>(g.planes * out);
+    const Tensor y = pool_forward(g, x, [&](std::size_t first, std::size_t planes, const float* xf, float* v) {
+        const std::uint32_t* at = idx->data() + first * out;
+        argmax(g, xf, first, planes, idx->data() + first * out);
+        for (std::size_t i = 0; i < planes * out; ++i) v[i] = xf[at[i] - first * in]; // exact: elements of x
+    });
     if (should_record({&x}))
-        record(out, {&x}, [shape = x.shape(), dtype = x.dtype(), idx](const Tensor& dy) {
-            std::vector<float> dys, dx(shape.elements(), 0.0f);
-            const float* d = floats_of(dy, dys);
-            for (std::size_t i = 0; i < idx->size(); ++i) dx[(*idx)[i]] += d[i];
-            return Gradients{Tensor::from_floats(shape, dx, dtype)};
+        record(y, {&x}, [g, shape = x.shape(), dtype = x.dtype(), idx = std::move(idx)](const Tensor& dy) {
+            const std::size_t in = g.h * g.w, out = g.ho * g.wo;
+            return Gradients{pool_backward(g, shape, dtype, dy,
+                                           [&](std::size_t first, std::size_t planes, const float* d, float* v) {
+                                               const std::uint32_t* at = idx->data() + first * out;
+                                               for (std::size_t i = 0; i < planes * out; ++i)
+                                                   v[at[i] - first * in] += d[i];
+                                           })};
         });
-    return out;
+    return y;
 }
 
 Tensor avg_pool2d(const Tensor& x, std::array<std::size_t, 2> kernel, std::array<std::size_t, 2> stride,
                   std::array<std::size_t, 2> padding) {
     const geometry g = check("avg_pool2d", x, kernel, stride, padding);
-    std::vector<float> xs, y(g.planes * g.ho * g.wo);
-    const float* xf = floats_of(x, xs);
-    float* out_at = y.data();
-    for (std::size_t pl = 0; pl < g.planes; ++pl)
-        for (std::size_t i = 0; i < g.ho; ++i)
-            for (std::size_t j = 0; j < g.wo; ++j) {
-                const window v = g.at(i, j);
-                float s = 0;
-                for (std::size_t r = v.r0; r < v.r1; ++r)
-                    for (std::size_t c = v.c0; c < v.c1; ++c) s += xf[pl * g.h * g.w + r * g.w + c];
-                *out_at++ = s / static_cast<float>((v.r1 - v.r0) * (v.c1 - v.c0));
-            }
-    Tensor out = Tensor::from_floats(output_shape(x, g), y, x.dtype());
+    const std::size_t in = g.h * g.w;
+    // each window's elements inside x, as a float
+    const auto count = [](const window& v) { return static_cast<float>((v.r1 - v.r0) * (v.c1 - v.c0)); };
+    const Tensor y = pool_forward(g, x, [&](std::size_t, std::size_t planes, const float* xf, float* v) {
+        for (std::size_t pl = 0; pl < planes; ++pl, xf += in)
+            for (std::size_t i = 0; i < g.ho; ++i)
+                for (std::size_t j = 0; j < g.wo; ++j) {
+                    const window w = g.at(i, j);
+                    float s = 0;
+                    for (std::size_t r = w.r0; r < w.r1; ++r)
+                        for (std::size_t c = w.c0; c < w.c1; ++c) s += xf[r * g.w + c];
+                    *v++ = s / count(w);
+                }
+    });
     if (should_record({&x}))
-        record(out, {&x}, [shape = x.shape(), dtype = x.dtype(), g](const Tensor& dy) {
-            std::vector<float> dys, dx(shape.elements(), 0.0f);
-            const float* d = floats_of(dy, dys);
-            for (std::size_t pl = 0; pl < g.planes; ++pl)
-                for (std::size_t i = 0; i < g.ho; ++i)
-                    for (std::size_t j = 0; j < g.wo; ++j) {
-                        const window v = g.at(i, j);
-                        const float share = *d++ / static_cast<float>((v.r1 - v.r0) * (v.c1 - v.c0));
-                        for (std::size_t r = v.r0; r < v.r1; ++r)
-                            for (std::size_t c = v.c0; c < v.c1; ++c) dx[pl * g.h * g.w + r * g.w + c] += share;
-                    }
-            return Gradients{Tensor::from_floats(shape, dx, dtype)};
+        record(y, {&x}, [shape = x.shape(), dtype = x.dtype(), g, count](const Tensor& dy) {
+            return Gradients{
+                pool_backward(g, shape, dtype, dy, [&](std::size_t, std::size_t planes, const float* d, float* v) {
+                    for (std::size_t pl = 0; pl < planes; ++pl, v += g.h * g.w)
+                        for (std::size_t i = 0; i < g.ho; ++i)
+                            for (std::size_t j = 0; j < g.wo; ++j) {
+                                const window w = g.at(i, j);
+                                const float share = *d++ / count(w);
+                                for (std::size_t r = w.r0; r < w.r1; ++r)
+                                    for (std::size_t c = w.c0; c < w.c1; ++c) v[r * g.w + c] += share;
+                            }
+                })};
         });
-    return out;
+    return y;
 }
 
 } // namespace mixprec::autodiff

@@ -7,6 +7,7 @@
 #include "op_checks.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -284,43 +285,82 @@ BOOST_AUTO_TEST_CASE(pool_values) {
     BOOST_TEST(h.to_floats() == m.to_floats(), boost::test_tools::per_element());
 }
 
-// 2×2 windows with stride 2 take a branch-free path of their own: its values and the routing of the
-// gradient must be those of the window scan written out here, with ties, NaNs and -inf in the data.
-BOOST_AUTO_TEST_CASE(max_pool2d_2x2_matches_a_window_scan) {
-    const std::size_t n = 3, c = 2, h = 7, w = 6; // odd height: the last row belongs to no window
+// Both pools against the window scans written out here, with ties, NaNs and -inf in the data (max) and a
+// gradient of random values: y exactly, and dx summed in float32 in output order and rounded once to x's
+// dtype. 2×2 windows with stride 2 take a branch-free path of their own; the other cases overlap and pad.
+// The larger batches span many blocks of planes, which run on every thread of the pool.
+BOOST_AUTO_TEST_CASE(pools_match_a_window_scan) {
+    struct pool_case {
+        std::size_t n, c, h, w;
+        std::array<std::size_t, 2> kernel, stride, padding;
+    };
+    const pool_case cases[] = {{3, 2, 7, 6, {2, 2}, {2, 2}, {0, 0}}, // odd height: the last row is in no window
+                               {64, 32, 13, 11, {2, 2}, {2, 2}, {0, 0}},
+                               {2, 3, 6, 7, {3, 3}, {1, 1}, {1, 1}},
+                               {48, 16, 9, 10, {3, 2}, {2, 1}, {1, 0}}};
     std::mt19937 gen(5);
     std::uniform_int_distribution<int> small(-3, 3), kind(0, 19);
-    std::vector<float> v(n * c * h * w);
-    for (float& e : v) {
-        const int k = kind(gen);
-        e = k == 0 ? NAN : k == 1 ? -INFINITY : static_cast<float>(small(gen)); // few values: many ties
-    }
-    const Tensor x = Tensor::from_floats(Shape{n, c, h, w}, v);
-    GradientTape tape;
-    tape.watch(x);
-    const Tensor y = max_pool2d(x, {2, 2});
-    const Tensor dy = Tensor::from_floats(y.shape(), std::vector<float>(y.size(), 1.0f));
-    const std::vector<float> dx = tape.gradient(mul(y, dy), std::vector<Tensor>{x})[0].to_floats();
-    std::vector<float> want_dx(v.size(), 0.0f);
-    std::size_t out = 0;
-    for (std::size_t plane = 0; plane < n * c; ++plane)
-        for (std::size_t i = 0; i < h / 2; ++i)
-            for (std::size_t j = 0; j < w / 2; ++j, ++out) {
-                std::size_t best_at = 0;
-                float best = -INFINITY;
-                bool first = true;
-                for (std::size_t r = 2 * i; r < 2 * i + 2; ++r)
-                    for (std::size_t q = 2 * j; q < 2 * j + 2; ++q) {
-                        const std::size_t at = plane * h * w + r * w + q;
-                        const bool nan_first = std::isnan(v[at]) && !std::isnan(best);
-                        if (first || v[at] > best || nan_first) best = v[at], best_at = at;
-                        first = false;
-                    }
-                const float got = y.flat(out);
-                BOOST_TEST_REQUIRE((got == best || (std::isnan(got) && std::isnan(best))));
-                want_dx[best_at] += 1.0f;
+    std::uniform_real_distribution<float> grad(-1.0f, 1.0f);
+    for (const pool_case& k : cases)
+        for (Dtype dtype : {Dtype::float32, Dtype::float16}) {
+            const std::size_t ho = (k.h + 2 * k.padding[0] - k.kernel[0]) / k.stride[0] + 1,
+                              wo = (k.w + 2 * k.padding[1] - k.kernel[1]) / k.stride[1] + 1, planes = k.n * k.c;
+            std::vector<float> v(planes * k.h * k.w), avg_v(v.size()), d(planes * ho * wo);
+            for (float& e : v) {
+                const int kd = kind(gen);
+                e = kd == 0 ? NAN : kd == 1 ? -INFINITY : static_cast<float>(small(gen)); // few values: many ties
             }
-    for (std::size_t k = 0; k < v.size(); ++k) BOOST_TEST_REQUIRE(dx[k] == want_dx[k]);
+            for (float& e : avg_v) e = static_cast<float>(small(gen));
+            const auto rounded_to_dtype = [dtype](float f) {
+                return Tensor::from_floats(Shape{1}, std::vector<float>{f}, dtype).flat(0);
+            };
+            for (float& e : d) e = rounded_to_dtype(grad(gen));
+            const Tensor x = Tensor::from_floats(Shape{k.n, k.c, k.h, k.w}, v, dtype),
+                         xa = Tensor::from_floats(x.shape(), avg_v, dtype);
+            GradientTape tape;
+            tape.watch(x);
+            tape.watch(xa);
+            const Tensor y = max_pool2d(x, k.kernel, k.stride, k.padding),
+                         ya = avg_pool2d(xa, k.kernel, k.stride, k.padding);
+            const Tensor dy = Tensor::from_floats(y.shape(), d, dtype);
+            const auto grads = tape.gradient(add(mul(y, dy), mul(ya, dy)), std::vector<Tensor>{x, xa});
+            std::vector<float> want_dx(v.size(), 0.0f), want_dxa(v.size(), 0.0f);
+            std::size_t out = 0;
+            for (std::size_t plane = 0; plane < planes; ++plane)
+                for (std::size_t i = 0; i < ho; ++i)
+                    for (std::size_t j = 0; j < wo; ++j, ++out) {
+                        std::size_t best_at = 0, count = 0;
+                        float best = -INFINITY, sum = 0;
+                        bool first = true;
+                        std::vector<std::size_t> window;
+                        for (std::size_t r = i * k.stride[0]; r < i * k.stride[0] + k.kernel[0]; ++r)
+                            for (std::size_t q = j * k.stride[1]; q < j * k.stride[1] + k.kernel[1]; ++q) {
+                                if (r < k.padding[0] || q < k.padding[1] || r - k.padding[0] >= k.h ||
+                                    q - k.padding[1] >= k.w)
+                                    continue;
+                                const std::size_t at = (plane * k.h + r - k.padding[0]) * k.w + q - k.padding[1];
+                                const bool nan_first = std::isnan(v[at]) && !std::isnan(best);
+                                if (first || v[at] > best || nan_first) best = v[at], best_at = at;
+                                first = false;
+                                sum += avg_v[at];
+                                window.push_back(at);
+                                ++count;
+                            }
+                        const float got = y.flat(out);
+                        BOOST_TEST_REQUIRE((got == best || (std::isnan(got) && std::isnan(best))));
+                        const float mean = sum / static_cast<float>(count);
+                        BOOST_TEST_REQUIRE(ya.flat(out) == rounded_to_dtype(mean));
+                        want_dx[best_at] += d[out];
+                        for (std::size_t at : window) want_dxa[at] += d[out] / static_cast<float>(count);
+                    }
+            const std::vector<float> dx = grads[0].to_floats(), dxa = grads[1].to_floats(),
+                                     rounded = Tensor::from_floats(x.shape(), want_dx, dtype).to_floats(),
+                                     rounded_a = Tensor::from_floats(x.shape(), want_dxa, dtype).to_floats();
+            for (std::size_t e = 0; e < v.size(); ++e) {
+                BOOST_TEST_REQUIRE(dx[e] == rounded[e]);
+                BOOST_TEST_REQUIRE(dxa[e] == rounded_a[e]);
+            }
+        }
 }
 
 // Ties: the whole window is equal, so the gradient goes to its first element in row-major order.
