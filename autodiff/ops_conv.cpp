@@ -4,6 +4,7 @@
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
@@ -172,12 +173,12 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, bool ta, bool tb, const T
 }
 
 /// Per-thread scratch reused across calls (large fresh allocations cost a page fault per 4 KiB). Slots
-/// 0-3 hold the work buffers of forward/backward, 4-6 widened inputs, 7 one image's float32 result.
-enum slot : std::size_t { widened_x = 4, widened_w = 5, widened_other = 6, image_result = 7 };
+/// 0-3 hold the work buffers of forward/backward, 4-6 and 8 widened inputs, 7 one image's float32 result.
+enum slot : std::size_t { widened_x = 4, widened_w = 5, widened_other = 6, image_result = 7, widened_y = 8 };
 
 template <class T>
 T* scratch(std::size_t slot, std::size_t n) {
-    thread_local std::array<std::vector<T>, 8> pool;
+    thread_local std::array<std::vector<T>, 9> pool;
     if (pool[slot].size() < n) pool[slot].resize(n);
     return pool[slot].data();
 }
@@ -188,6 +189,25 @@ const float* floats_of(const Tensor& t, std::size_t slot) {
     float* out = scratch<float>(slot, t.size());
     widen(t.raw(), t.dtype(), out, t.size());
     return out;
+}
+
+/// ReLU as relu() computes it (NaN kept, -0 to +0), and its gradient: g where y > 0, else g · 0.
+inline float relu_of(float v) { return v > 0.0f || v != v ? v : 0.0f; }
+inline float relu_gradient(float g, float y) { return g * (y > 0.0f ? 1.0f : 0.0f); }
+
+/// Elements [at, at + n) of t as T: t's own when it holds T, else (T is float) widened into this thread's
+/// scratch `slot`: the float32 im2col route widens other dtypes image by image, on the thread that works
+/// on them. The bfloat16 route runs on bfloat16 tensors only (data<T>() checks).
+template <class T>
+const T* elements_as(const Tensor& t, std::size_t at, std::size_t n, std::size_t slot) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw()) + at;
+        float* out = scratch<float>(slot, n);
+        widen(static_cast<const std::byte*>(t.raw()) + at * size_of(t.dtype()), t.dtype(), out, n);
+        return out;
+    } else {
+        return t.data<T>().data() + at;
+    }
 }
 
 /// A zeroed float32 accumulator for a result of shape and dtype; finish() rounds it once.
@@ -247,7 +267,7 @@ void over_batch(const geometry& g, Part part) {
 }
 
 template <class T>
-void forward(const geometry& g, const T* x, const T* w, const float* bias, float alpha, Tensor& y) {
+void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, float alpha, Tensor& y) {
     RoundingBatch rounding(y);
     over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
         const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
@@ -255,14 +275,19 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, float
         float* prod = scratch<float>(1, g.o * most * l);
         for (std::size_t n0 = lo; n0 < hi; n0 += most) {
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
-            for (std::size_t b = 0; b < nb; ++b) im2col(g, x + (n0 + b) * image, row, b, cols);
+            for (std::size_t b = 0; b < nb; ++b)
+                im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
             gemm(g.o, row, k, false, false, w, cols, prod); // (O, nb·L) = w · cols
             for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = alpha · prod[:, b·L : (b+1)·L] + bias, rounded once
                 float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
                 for (std::size_t o = 0; o < g.o; ++o) {
                     const float* src = prod + o * row + b * l;
                     const float add = bias ? bias[o] : 0.0f;
-                    for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] * alpha + add;
+                    if (g.opt.relu) {
+                        for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = relu_of(src[i] * alpha + add);
+                    } else {
+                        for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] * alpha + add;
+                    }
                 }
                 commit(y, (n0 + b) * g.o * l, dst, g.o * l, rounding);
             }
@@ -271,13 +296,14 @@ void forward(const geometry& g, const T* x, const T* w, const float* bias, float
 }
 
 struct conv_grads {
-    Tensor* dx;     // (N, C, H, W), or null when not wanted
-    float *dw, *db; // (O, C·kh·kw), (O) or null
-    float dx_alpha; // dx's sums are multiplied by this before they are rounded
+    Tensor* dx;           // (N, C, H, W), or null when not wanted
+    float *dw, *db;       // (O, C·kh·kw), (O) or null
+    float dx_alpha;       // dx's sums are multiplied by this before they are rounded
+    const Tensor* relu_y; // the forward's output when it applied ReLU: dy is masked by y > 0 (else null)
 };
 
 template <class T>
-void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads d) {
+void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, conv_grads d) {
     const std::size_t k = g.k(), l = g.l(), image = g.c * g.h * g.w, sums = g.o * k + g.o;
     // Each thread sums its images' dw and dbias into its own slice; the slices are added in thread order.
     std::vector<float> partial(sums * static_cast<std::size_t>(omp_get_max_threads()), 0.0f);
@@ -292,17 +318,27 @@ void backward(const geometry& g, const T* x, const T* w, const T* dy, conv_grads
         for (std::size_t n0 = lo; n0 < hi; n0 += most) {
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
             for (std::size_t b = 0; b < nb; ++b) {
+                const std::size_t at = (n0 + b) * g.o * l;
+                const T* dyb = elements_as<T>(dy, at, g.o * l, widened_other);
+                const T* yb = d.relu_y ? elements_as<T>(*d.relu_y, at, g.o * l, widened_y) : nullptr;
                 for (std::size_t o = 0; o < g.o; ++o) { // dY as (O, nb·L), summing dbias on the way
-                    const T* src = dy + ((n0 + b) * g.o + o) * l;
+                    const T* src = dyb + o * l;
                     T* dst = dyp + o * row + b * l;
                     float s = 0;
-                    for (std::size_t i = 0; i < l; ++i) {
-                        dst[i] = src[i];
-                        s += static_cast<float>(src[i]);
+                    if (yb) {
+                        for (std::size_t i = 0; i < l; ++i) { // exact: dy or a zero
+                            dst[i] = T(relu_gradient(static_cast<float>(src[i]), static_cast<float>(yb[o * l + i])));
+                            s += static_cast<float>(dst[i]);
+                        }
+                    } else {
+                        for (std::size_t i = 0; i < l; ++i) {
+                            dst[i] = src[i];
+                            s += static_cast<float>(src[i]);
+                        }
                     }
                     db[o] += s;
                 }
-                im2col(g, x + (n0 + b) * image, row, b, cols);
+                im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
             }
             gemm(g.o, k, row, false, true, dyp, cols, dw_chunk); // dY · colsᵀ
             for (std::size_t i = 0; i < g.o * k; ++i) dw[i] += dw_chunk[i];
@@ -380,38 +416,49 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
                     const float add = b ? b[o] : 0.0f;
                     for (std::size_t i = 0; i < g.l(); ++i) v[i] = v[i] * alpha + add;
                 }
+        if (g.opt.relu)
+            for (std::size_t i = 0; i < y.size(); ++i) wide[i] = relu_of(wide[i]);
         RoundingBatch rounding(y);
         commit(y, 0, wide, y.size(), rounding);
         break;
     }
     case route::im2col_bf16:
-        forward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), b, alpha, y);
+        forward(g, x, w.data<bfloat16>().data(), b, alpha, y);
         break;
     case route::im2col_f32:
-        forward(g, floats_of(x, widened_x), floats_of(w, widened_w), b, alpha, y);
+        forward(g, x, floats_of(w, widened_w), b, alpha, y);
         break;
     }
     return y;
 }
 
+/// dy masked by y > 0: the gradient of a ReLU applied to the forward's results, as a tensor of its own
+/// (the im2col route masks dy as it copies it instead).
+Tensor relu_masked(const Tensor& dy, const Tensor& y) {
+    return kernels::detail::zip(dy, y, dy.dtype(), [](float g, float v) { return relu_gradient(g, v); });
+}
+
 /// The backward pass on route r for the output gradient dy: {dx (when the tape wants it) in dx_dtype, dw
 /// in dw_dtype, and dbias from dy when `bias`}, the sums of dx and dw multiplied by dx_alpha and dw_alpha
-/// before their one rounding.
+/// before their one rounding. With `relu_y` (the forward's output, when it applied ReLU), dy is first
+/// masked by relu_y > 0.
 Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
-                       Dtype dx_dtype, Dtype dw_dtype, float dx_alpha = 1.0f, float dw_alpha = 1.0f) {
+                       Dtype dx_dtype, Dtype dw_dtype, const Tensor* relu_y, float dx_alpha = 1.0f,
+                       float dw_alpha = 1.0f) {
     // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
     std::optional<Tensor> dx;
     if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), dx_dtype);
     float_result dw(w.shape(), dw_dtype);
     std::optional<float_result> db;
     if (bias) db.emplace(Shape{g.o}, dw_dtype);
-    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha};
+    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha, relu_y};
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
         float* wide = dx ? workspace(*dx, 0, dx->size(), false) : nullptr;
+        const Tensor dz = relu_y ? relu_masked(dy, *relu_y) : dy;
         detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                     onednn_operand(w, r, widened_w), onednn_operand(dy, r, widened_other), wide,
+                                     onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), wide,
                                      dw.data, db ? db->data : nullptr);
         if (dx && dx_alpha != 1.0f)
             for (std::size_t i = 0; i < dx->size(); ++i) wide[i] *= dx_alpha;
@@ -422,10 +469,10 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
         break;
     }
     case route::im2col_bf16:
-        backward(g, x.data<bfloat16>().data(), w.data<bfloat16>().data(), dy.data<bfloat16>().data(), d);
+        backward(g, x, w.data<bfloat16>().data(), dy, d);
         break;
     case route::im2col_f32:
-        backward(g, floats_of(x, widened_x), floats_of(w, widened_w), floats_of(dy, widened_other), d);
+        backward(g, x, floats_of(w, widened_w), dy, d);
         break;
     }
     if (dw_alpha != 1.0f)
@@ -465,8 +512,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
     const geometry g = check(x, w, bias, options);
     const route r = route_of(g, x.dtype(), options.backend);
     const Tensor y = run_forward(g, r, x, w, bias ? floats_of(*bias, widened_other) : nullptr, 1.0f, x.dtype());
-    const auto grads = [x, w, has_bias = bias.has_value(), g, r](const Tensor& dy) {
-        return run_backward(g, r, x, w, dy, has_bias, x.dtype(), w.dtype());
+    const auto grads = [x, w, has_bias = bias.has_value(), g, r,
+                        relu_y = options.relu ? y : Tensor()](const Tensor& dy) {
+        return run_backward(g, r, x, w, dy, has_bias, x.dtype(), w.dtype(), g.opt.relu ? &relu_y : nullptr);
     };
     record_conv(y, x, w, bias, grads);
     return y;
@@ -481,12 +529,13 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
     const Tensor y = run_forward(g, r, qx.q, qw.q, bias ? floats_of(*bias, widened_other) : nullptr,
                                  qx.inverse * qw.inverse, x.dtype());
     const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, r, x_dtype = x.dtype(),
-                        w_dtype = w.dtype()](const Tensor& dy) {
+                        w_dtype = w.dtype(), relu_y = options.relu ? y : Tensor()](const Tensor& output_grad) {
+        const Tensor dy = g.opt.relu ? relu_masked(output_grad, relu_y) : output_grad; // before the FP8 cast
         Gradients result(has_bias ? 3 : 2);
         if (has_bias && gradient_needed(2)) result[2] = bias_gradient(g, dy, w_dtype); // from dy, not its cast
         if (!gradient_needed(0) && !gradient_needed(1)) return result;
         const detail::Fp8Operand qg = detail::fp8_operand(dy, grad, "conv2d_fp8", "output gradient");
-        Gradients d = run_backward(g, r, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, qg.inverse * qw.inverse,
+        Gradients d = run_backward(g, r, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, nullptr, qg.inverse * qw.inverse,
                                    qx.inverse * qg.inverse);
         result[0] = std::move(d[0]);
         result[1] = std::move(d[1]);

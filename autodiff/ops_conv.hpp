@@ -38,6 +38,10 @@ struct Conv2dOptions {
     std::array<std::size_t, 2> padding{0, 0};  ///< zeros added on both sides of each spatial axis
     std::array<std::size_t, 2> dilation{1, 1}; ///< spacing of the kernel taps, each ≥ 1
     ConvBackend backend = ConvBackend::automatic;
+    /// Apply ReLU (max(v, 0), NaN kept) to each result before its one rounding, and mask the output
+    /// gradient by y > 0 on the way back: the bits of relu(conv2d(…)) in one pass fewer each way, with
+    /// fewer roundings to count (the ReLU's exact ones are not made).
+    bool relu = false;
 };
 
 /// y[n,o,i,j] = b[o] + Σ_{c,p,q} w[o,c,p,q] · x[n, c, i·s₀ − p₀ + p·d₀, j·s₁ − p₁ + q·d₁]  (zero outside x)

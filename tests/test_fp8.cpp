@@ -358,6 +358,30 @@ BOOST_AUTO_TEST_CASE(conv_products_are_those_of_the_quantized_operands) {
         }
 }
 
+// Conv2dOptions::relu in FP8 gives relu(conv2d_fp8(…)) bit for bit: the ReLU's mask applies to the
+// output gradient before its FP8 cast, and to the bias gradient summed from it.
+BOOST_AUTO_TEST_CASE(conv_relu_is_relu_of_conv2d_fp8_bit_for_bit) {
+    for (const ConvBackend backend : {ConvBackend::im2col, ConvBackend::onednn}) {
+        const Tensor x = random_tensor(Shape{2, 3, 7, 7}, 3.0f, 51, Dtype::bfloat16);
+        const Tensor w = random_tensor(Shape{4, 3, 3, 3}, 0.2f, 52, Dtype::bfloat16);
+        const Tensor b = random_tensor(Shape{4}, 0.5f, 53, Dtype::bfloat16);
+        const Tensor dy = random_tensor(Shape{2, 4, 5, 5}, 1e-3f, 54, Dtype::bfloat16);
+        const Fp8DenseCasts casts{fixed(Dtype::float8_e4m3, 64.0f), fixed(Dtype::float8_e4m3, 1024.0f),
+                                  fixed(Dtype::float8_e5m2, 1024.0f)};
+        const auto run = [&](bool fused) {
+            Conv2dOptions options{.backend = backend, .relu = fused};
+            GradientTape tape;
+            for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+            const Tensor y = fused ? conv2d_fp8(x, w, b, casts, options) : relu(conv2d_fp8(x, w, b, casts, options));
+            std::vector<Tensor> out = tape.gradient(y * dy, {x, w, b});
+            out.push_back(y);
+            return out;
+        };
+        const std::vector<Tensor> plain = run(false), fused = run(true);
+        for (std::size_t i = 0; i < plain.size(); ++i) BOOST_TEST(same_bits(fused[i], plain[i]), "result " << i);
+    }
+}
+
 // Integer operands with power-of-two scales cast exactly: conv2d_fp8 gives conv2d's results bit for bit.
 BOOST_AUTO_TEST_CASE(conv_exact_operands_give_conv2d_bit_for_bit) {
     const auto integers = [](const Shape& shape, int range, unsigned seed) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -252,6 +253,44 @@ BOOST_AUTO_TEST_CASE(conv2d_skips_the_input_gradient_nobody_wants) {
                     BOOST_TEST(without_x[i]->to_floats() == all[i]->to_floats(), boost::test_tools::per_element());
                 }
             }
+    }
+}
+
+// Conv2dOptions::relu gives relu(conv2d(…)) bit for bit on every route and dtype: the outputs, and dx, dw
+// and dbias for an output gradient with infinities (a masked one gives NaN, as g · 0 does) and negative
+// values (masked to -0).
+BOOST_AUTO_TEST_CASE(conv2d_relu_is_relu_of_conv2d_bit_for_bit) {
+    const Shape xs{6, 3, 9, 9}, ws{5, 3, 3, 3};
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+        const Tensor x = random(xs, -1.0f, 1.0f, 600).to(dtype), w = random(ws, -1.0f, 1.0f, 601).to(dtype);
+        const Tensor b = random(Shape{5}, -0.5f, 0.5f, 602).to(dtype);
+        std::vector<float> d = random(Shape{6, 5, 9, 9}, -1.0f, 1.0f, 603).to_floats();
+        const Tensor finite = Tensor::from_floats(Shape{6, 5, 9, 9}, d, dtype);
+        for (std::size_t i = 0; i < d.size(); i += 97) d[i] = i % 2 ? INFINITY : -INFINITY;
+        const Tensor infinite = Tensor::from_floats(Shape{6, 5, 9, 9}, d, dtype);
+        for (const auto& [backend, route] : backends)
+            for (const Tensor* dyp : {&finite, &infinite})
+                BOOST_TEST_CONTEXT(name_of(dtype) << ", " << route << (dyp == &finite ? ", finite" : ", with inf")) {
+                    const Tensor& dy = *dyp;
+                    const auto run_with = [&](bool fused) {
+                        Conv2dOptions o{.padding = {1, 1}, .backend = backend, .relu = fused};
+                        GradientTape tape;
+                        for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+                        const Tensor y = fused ? conv2d(x, w, b, o) : relu(conv2d(x, w, b, o));
+                        std::vector<Tensor> out = tape.gradient(mul(y, dy), std::vector<Tensor>{x, w, b});
+                        out.push_back(y);
+                        return out;
+                    };
+                    const std::vector<Tensor> fused = run_with(true), plain = run_with(false);
+                    std::size_t zeros = 0;
+                    for (float v : plain[3].to_floats()) zeros += v == 0.0f;
+                    BOOST_TEST(zeros > 0); // the ReLU masks something
+                    for (std::size_t i = 0; i < plain.size(); ++i) {
+                        BOOST_TEST_REQUIRE(fused[i].shape() == plain[i].shape());
+                        BOOST_TEST(std::memcmp(fused[i].raw(), plain[i].raw(), plain[i].nbytes()) == 0,
+                                   (i < 3 ? "gradient " : "output ") << i);
+                    }
+                }
     }
 }
 
