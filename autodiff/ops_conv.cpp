@@ -83,22 +83,27 @@ struct tap {
 };
 
 /// Walks image b's part of a column matrix (C·kh·kw, nb·Ho·Wo) with rows of `row` elements, one kernel
-/// tap (c, p, q) at a time.
+/// tap (c, p, q) at a time. The valid output ranges depend on p and q only, so they are found once per
+/// call rather than for every channel (their divisions were 3% of im2col's instructions).
 template <class Visit>
 void for_each_tap(const geometry& g, std::size_t row, std::size_t b, Visit visit) {
     const auto& o = g.opt;
+    std::vector<std::pair<std::size_t, std::size_t>> rows(g.kh), cols(g.kw);
+    for (std::size_t p = 0; p < g.kh; ++p) rows[p] = valid(g.ho, g.h, o.stride[0], o.padding[0], p * o.dilation[0]);
+    for (std::size_t q = 0; q < g.kw; ++q) cols[q] = valid(g.wo, g.w, o.stride[1], o.padding[1], q * o.dilation[1]);
     for (std::size_t c = 0; c < g.c; ++c)
-        for (std::size_t p = 0; p < g.kh; ++p)
+        for (std::size_t p = 0; p < g.kh; ++p) {
+            const auto [ilo, ihi] = rows[p];
             for (std::size_t q = 0; q < g.kw; ++q) {
                 const std::size_t r = (c * g.kh + p) * g.kw + q;
-                const auto [ilo, ihi] = valid(g.ho, g.h, o.stride[0], o.padding[0], p * o.dilation[0]);
-                const auto [jlo, jhi] = valid(g.wo, g.w, o.stride[1], o.padding[1], q * o.dilation[1]);
+                const auto [jlo, jhi] = cols[q];
                 // `at` may wrap below 0, but at + i·step + j·s₁ is exact inside the valid ranges (unsigned
                 // arithmetic is modular)
                 const std::size_t at =
                     (c * g.h + p * o.dilation[0] - o.padding[0]) * g.w + q * o.dilation[1] - o.padding[1];
                 visit(tap{r * row + b * g.l(), at, o.stride[0] * g.w, ilo, ihi, jlo, jhi});
             }
+        }
 }
 
 /// dst[0, n) = src[0, n) for the short runs of im2col: 16-byte moves, the last one overlapping the one
