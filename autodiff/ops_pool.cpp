@@ -2,6 +2,7 @@
 
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
@@ -72,10 +73,10 @@ inline float pick(std::uint32_t mask, float a, float b) {
 }
 
 /// One output row of argmax for 2×2 windows with stride 2 and no padding (the common case): rows r0 and r1
-/// of a plane in, window j's index in the plane out (plus `base`). The same scan order and NaN rule as the
-/// general loop, with fixed bounds and no branches.
+/// of a plane in, window j's index in the plane (plus `base`) and its value out. The same scan order and
+/// NaN rule as the general loop, with fixed bounds and no branches (GCC vectorizes it).
 void argmax_2x2_row(const float* __restrict r0, const float* __restrict r1, std::size_t wo, std::uint32_t base,
-                    std::uint32_t w, std::uint32_t* __restrict out) {
+                    std::uint32_t w, std::uint32_t* __restrict out, float* __restrict max) {
     for (std::size_t j = 0; j < wo; ++j) {
         const float b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
         float best = r0[2 * j];
@@ -87,22 +88,26 @@ void argmax_2x2_row(const float* __restrict r0, const float* __restrict r1, std:
         best = pick(m, c, best);
         offset = (m & w) | (~m & offset);
         m = replaces(d, best);
+        max[j] = pick(m, d, best);
         offset = (m & (w + 1)) | (~m & offset);
         out[j] = base + static_cast<std::uint32_t>(2 * j) + offset;
     }
 }
 
-/// Index in x of the max of each window (first on ties, first NaN wins), for the output elements of
-/// `planes` consecutive planes of x starting at plane `first` (`plane` points at that one's first element).
-void argmax(const geometry& g, const float* plane, std::size_t first, std::size_t planes, std::uint32_t* out) {
+/// Index in x of the max of each window (first on ties, first NaN wins) and that element, for the output
+/// elements of `planes` consecutive planes of x starting at plane `first` (`plane` points at that one's
+/// first element).
+void argmax(const geometry& g, const float* plane, std::size_t first, std::size_t planes, std::uint32_t* out,
+            float* max) {
     const std::array<std::size_t, 2> two{2, 2}, none{0, 0};
     const bool two_by_two = g.kernel == two && g.stride == two && g.padding == none;
     for (std::size_t pl = 0; pl < planes; ++pl, plane += g.h * g.w) {
         const auto base = static_cast<std::uint32_t>((first + pl) * g.h * g.w);
         if (two_by_two) {
-            for (std::size_t i = 0; i < g.ho; ++i, out += g.wo)
+            for (std::size_t i = 0; i < g.ho; ++i, out += g.wo, max += g.wo)
                 argmax_2x2_row(plane + 2 * i * g.w, plane + (2 * i + 1) * g.w, g.wo,
-                               base + static_cast<std::uint32_t>(2 * i * g.w), static_cast<std::uint32_t>(g.w), out);
+                               base + static_cast<std::uint32_t>(2 * i * g.w), static_cast<std::uint32_t>(g.w), out,
+                               max);
             continue;
         }
         for (std::size_t i = 0; i < g.ho; ++i)
@@ -118,6 +123,7 @@ void argmax(const geometry& g, const float* plane, std::size_t first, std::size_
                         best_at = b ? r * g.w + c : best_at;
                     }
                 *out++ = base + static_cast<std::uint32_t>(best_at);
+                *max++ = plane[best_at];
             }
     }
 }
@@ -197,13 +203,12 @@ Tensor max_pool2d(const Tensor& x, std::array<std::size_t, 2> kernel, std::array
     const geometry g = check("max_pool2d", x, kernel, stride, padding);
     if (x.size() > std::numeric_limits<std::uint32_t>::max())
         throw shape_error("max_pool2d: input " + x.shape().to_string() + " has more than 2^32 - 1 elements");
-    const std::size_t in = g.h * g.w, out = g.ho * g.wo;
+    const std::size_t out = g.ho * g.wo;
     // The argmax of every window, found once: the backward pass routes the gradient through the same indices.
     auto idx = std::make_shared<std::vector<std::uint32_t>>(g.planes * out);
     const Tensor y = pool_forward(g, x, [&](std::size_t first, std::size_t planes, const float* xf, float* v) {
-        const std::uint32_t* at = idx->data() + first * out;
-        argmax(g, xf, first, planes, idx->data() + first * out);
-        for (std::size_t i = 0; i < planes * out; ++i) v[i] = xf[at[i] - first * in]; // exact: elements of x
+        // at the vector width of the level in use; y exact: elements of x
+        detail::vectorized([&] { argmax(g, xf, first, planes, idx->data() + first * out, v); });
     });
     if (should_record({&x}))
         record(y, {&x}, [g, shape = x.shape(), dtype = x.dtype(), idx = std::move(idx)](const Tensor& dy) {
