@@ -3,15 +3,43 @@
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/autodiff/tensor/rounding.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace mixprec::autodiff {
+
+namespace {
+
+/// Runs part(r0, r1) on blocks of rows of d values each (about 2,048 values a block, one row at least),
+/// spread over the threads from 8,192 values a piece.
+template <class Part>
+void for_row_blocks(std::size_t rows, std::size_t d, Part part) {
+    const std::size_t per_block = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(d, 1));
+    detail::split(rows, std::max<std::size_t>(1, 8192 / std::max<std::size_t>(d, 1)),
+                  [&](std::size_t lo, std::size_t hi) {
+                      for (std::size_t r = lo; r < hi; r += per_block) part(r, std::min(hi, r + per_block));
+                  });
+}
+
+/// dst[0, n) = elements [at, at + n) of t, widened exactly to float32.
+void floats_into(const Tensor& t, std::size_t at, std::size_t n, float* dst) {
+    if (t.dtype() == Dtype::float32) {
+        std::copy_n(static_cast<const float*>(t.raw()) + at, n, dst);
+    } else {
+        widen(kernels::detail::bytes_at(t, at), t.dtype(), dst, n);
+    }
+}
+
+} // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
     if (x.rank() == 0) throw shape_error("layer_norm: x must have at least one axis, got shape ()");
@@ -23,47 +51,78 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     check_same_dtype(x, gamma, "layer_norm (x, gamma)");
     check_same_dtype(x, beta, "layer_norm (x, beta)");
 
-    std::vector<float> xhat = x.to_floats(), out(x.size());
-    std::vector<float> rstd(rows);
+    // Rows are independent: blocks of them run on every thread, each row computed as one thread would.
+    // xhat (the normalized rows) and 1/σ per row are kept for the backward pass.
+    auto xhat = std::make_shared<std::vector<float>>(x.size());
+    auto rstd = std::make_shared<std::vector<float>>(rows);
     const std::vector<float> g = gamma.to_floats(), b = beta.to_floats();
-    for (std::size_t r = 0; r < rows; ++r) {
-        float* row = xhat.data() + r * d;
-        float mean = 0, var = 0;
-        for (std::size_t j = 0; j < d; ++j) mean += row[j];
-        mean /= static_cast<float>(d);
-        for (std::size_t j = 0; j < d; ++j) var += (row[j] - mean) * (row[j] - mean);
-        var /= static_cast<float>(d);
-        rstd[r] = 1.0f / std::sqrt(var + epsilon);
-        for (std::size_t j = 0; j < d; ++j) {
-            row[j] = (row[j] - mean) * rstd[r];
-            out[r * d + j] = g[j] * row[j] + b[j];
-        }
+    Tensor y = Tensor::uninitialized(x.shape(), x.dtype());
+    {
+        RoundingBatch rounding(y);
+        for_row_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
+            thread_local std::vector<float> out;
+            float* xr = xhat->data() + r0 * d;
+            floats_into(x, r0 * d, (r1 - r0) * d, xr);
+            float* o = kernels::detail::result_at(y, r0 * d, (r1 - r0) * d, out);
+            for (std::size_t r = r0; r < r1; ++r, xr += d, o += d) {
+                float mean = 0, var = 0;
+                for (std::size_t j = 0; j < d; ++j) mean += xr[j];
+                mean /= static_cast<float>(d);
+                for (std::size_t j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+                var /= static_cast<float>(d);
+                const float rs = (*rstd)[r] = 1.0f / std::sqrt(var + epsilon);
+                for (std::size_t j = 0; j < d; ++j) {
+                    xr[j] = (xr[j] - mean) * rs;
+                    o[j] = g[j] * xr[j] + b[j];
+                }
+            }
+            kernels::detail::store(o - (r1 - r0) * d, y, r0 * d, (r1 - r0) * d, rounding);
+        });
     }
-    Tensor y = Tensor::from_floats(x.shape(), out, x.dtype());
     if (should_record({&x, &gamma, &beta}))
-        record(y, {&x, &gamma, &beta},
-               [gamma, xhat = std::move(xhat), rstd = std::move(rstd), rows, d, shape = x.shape()](const Tensor& dy) {
-                   const std::vector<float> dys = dy.to_floats(), gs = gamma.to_floats();
-                   std::vector<float> dx(dys.size()), dgamma(d, 0.0f), dbeta(d, 0.0f), gx(d);
-                   for (std::size_t r = 0; r < rows; ++r) {
-                       const float* dyr = dys.data() + r * d;
-                       const float* xr = xhat.data() + r * d;
-                       float mean_g = 0, mean_gx = 0;
-                       for (std::size_t j = 0; j < d; ++j) {
-                           gx[j] = gs[j] * dyr[j];
-                           mean_g += gx[j];
-                           mean_gx += gx[j] * xr[j];
-                           dgamma[j] += dyr[j] * xr[j];
-                           dbeta[j] += dyr[j];
-                       }
-                       mean_g /= static_cast<float>(d);
-                       mean_gx /= static_cast<float>(d);
-                       for (std::size_t j = 0; j < d; ++j) dx[r * d + j] = rstd[r] * (gx[j] - mean_g - xr[j] * mean_gx);
-                   }
-                   const Dtype t = gamma.dtype();
-                   return Gradients{Tensor::from_floats(shape, dx, t), Tensor::from_floats(Shape{d}, dgamma, t),
-                                    Tensor::from_floats(Shape{d}, dbeta, t)};
-               });
+        record(y, {&x, &gamma, &beta}, [gamma, xhat, rstd, rows, d, shape = x.shape()](const Tensor& dy) {
+            const std::vector<float> gs = gamma.to_floats();
+            const Dtype t = gamma.dtype();
+            std::vector<float> dys(dy.size());
+            Tensor dx = Tensor::uninitialized(shape, t);
+            {
+                RoundingBatch rounding(dx);
+                for_row_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
+                    thread_local std::vector<float> out, gx;
+                    gx.resize(d);
+                    float* dyr = dys.data() + r0 * d;
+                    floats_into(dy, r0 * d, (r1 - r0) * d, dyr);
+                    const float* xr = xhat->data() + r0 * d;
+                    float* o = kernels::detail::result_at(dx, r0 * d, (r1 - r0) * d, out);
+                    for (std::size_t r = r0; r < r1; ++r, dyr += d, xr += d, o += d) {
+                        float mean_g = 0, mean_gx = 0;
+                        for (std::size_t j = 0; j < d; ++j) {
+                            gx[j] = gs[j] * dyr[j];
+                            mean_g += gx[j];
+                            mean_gx += gx[j] * xr[j];
+                        }
+                        mean_g /= static_cast<float>(d);
+                        mean_gx /= static_cast<float>(d);
+                        for (std::size_t j = 0; j < d; ++j) o[j] = (*rstd)[r] * (gx[j] - mean_g - xr[j] * mean_gx);
+                    }
+                    kernels::detail::store(o - (r1 - r0) * d, dx, r0 * d, (r1 - r0) * d, rounding);
+                });
+            }
+            // dgamma and dbeta sum over the rows in order: split by columns instead.
+            std::vector<float> dgamma(d, 0.0f), dbeta(d, 0.0f);
+            detail::split(d, 16, [&](std::size_t j0, std::size_t j1) {
+                for (std::size_t r = 0; r < rows; ++r) {
+                    const float* dyr = dys.data() + r * d;
+                    const float* xr = xhat->data() + r * d;
+                    for (std::size_t j = j0; j < j1; ++j) {
+                        dgamma[j] += dyr[j] * xr[j];
+                        dbeta[j] += dyr[j];
+                    }
+                }
+            });
+            return Gradients{std::move(dx), Tensor::from_floats(Shape{d}, dgamma, t),
+                             Tensor::from_floats(Shape{d}, dbeta, t)};
+        });
     return y;
 }
 

@@ -3,6 +3,7 @@
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
@@ -145,23 +146,12 @@ void for_plane_blocks(const geometry& g, std::size_t per_plane, Body body) {
 
 /// Elements [at, at + n) of t as floats: t's own for float32, else widened into `scratch`.
 const float* floats_at(const Tensor& t, std::size_t at, std::size_t n, std::vector<float>& scratch) {
-    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw()) + at;
-    scratch.resize(n);
-    widen(static_cast<const std::byte*>(t.raw()) + at * size_of(t.dtype()), t.dtype(), scratch.data(), n);
-    return scratch.data();
+    if (scratch.size() < n && t.dtype() != Dtype::float32) scratch.resize(n);
+    return kernels::detail::floats_at(t, at, n, scratch);
 }
 
-/// Where to form elements [at, at + n) of `out` in float32: in place for float32, else `scratch`, which
-/// store() then rounds into out once, as one part of `batch`.
-float* result_at(Tensor& out, std::size_t at, std::size_t n, std::vector<float>& scratch) {
-    if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + at;
-    scratch.resize(n);
-    return scratch.data();
-}
-void store(const float* result, Tensor& out, std::size_t at, std::size_t n, RoundingBatch& batch) {
-    if (out.dtype() != Dtype::float32)
-        narrow(result, static_cast<std::byte*>(out.raw()) + at * size_of(out.dtype()), n, out.dtype(), batch);
-}
+using kernels::detail::result_at;
+using kernels::detail::store;
 
 /// A pooling: y (in x's dtype) from forward(first plane, planes, x's planes, y's planes in float32) on
 /// blocks of planes, each result rounded once.

@@ -39,6 +39,60 @@ BOOST_AUTO_TEST_CASE(layer_norm_gradients) {
           {random(Shape{2, 6}, 0.1f, 1.0f, 7), random(Shape{6}, 0.5f, 1.5f, 8), random(Shape{6}, 0.1f, 1.0f, 9)});
 }
 
+// Rows spread over the threads in blocks (columns, for dγ and dβ) give the bits of the row-by-row loops
+// written out here: y, dx, dγ and dβ each summed in float32 in the same order and rounded once. Shapes
+// with many rows per block, and rows longer than a block.
+BOOST_AUTO_TEST_CASE(layer_norm_in_blocks_gives_the_bits_of_row_by_row) {
+    for (const Shape& shape : {Shape{3000, 40}, Shape{6, 3000}})
+        for (Dtype dtype : {Dtype::float32, Dtype::float16}) {
+            const std::size_t d = shape[1], rows = shape[0];
+            const Tensor x = random(shape, -2.0f, 2.0f, 21).to(dtype), dy = random(shape, -1.0f, 1.0f, 22).to(dtype);
+            const Tensor gamma = random(Shape{d}, 0.5f, 1.5f, 23).to(dtype),
+                         beta = random(Shape{d}, -1.0f, 1.0f, 24).to(dtype);
+            GradientTape tape;
+            for (const Tensor* t : {&x, &gamma, &beta}) tape.watch(*t);
+            const Tensor y = layer_norm(x, gamma, beta);
+            const std::vector<Tensor> grads = tape.gradient(mul(y, dy), std::vector<Tensor>{x, gamma, beta});
+
+            const std::vector<float> xs = x.to_floats(), ds = dy.to_floats(), g = gamma.to_floats(),
+                                     b = beta.to_floats();
+            std::vector<float> xhat(xs.size()), want_y(xs.size()), want_dx(xs.size()), dg(d, 0.0f), db(d, 0.0f), gx(d);
+            for (std::size_t r = 0; r < rows; ++r) {
+                const float* xr = xs.data() + r * d;
+                float mean = 0, var = 0;
+                for (std::size_t j = 0; j < d; ++j) mean += xr[j];
+                mean /= static_cast<float>(d);
+                for (std::size_t j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+                var /= static_cast<float>(d);
+                const float rstd = 1.0f / std::sqrt(var + 1e-5f);
+                float mean_g = 0, mean_gx = 0;
+                for (std::size_t j = 0; j < d; ++j) {
+                    xhat[r * d + j] = (xr[j] - mean) * rstd;
+                    want_y[r * d + j] = g[j] * xhat[r * d + j] + b[j];
+                    gx[j] = g[j] * ds[r * d + j];
+                    mean_g += gx[j];
+                    mean_gx += gx[j] * xhat[r * d + j];
+                    dg[j] += ds[r * d + j] * xhat[r * d + j];
+                    db[j] += ds[r * d + j];
+                }
+                mean_g /= static_cast<float>(d);
+                mean_gx /= static_cast<float>(d);
+                for (std::size_t j = 0; j < d; ++j)
+                    want_dx[r * d + j] = rstd * (gx[j] - mean_g - xhat[r * d + j] * mean_gx);
+            }
+            const auto same = [dtype](const Tensor& got, const Shape& s, const std::vector<float>& want) {
+                const Tensor w = Tensor::from_floats(s, want, dtype);
+                return std::memcmp(got.raw(), w.raw(), w.nbytes()) == 0;
+            };
+            BOOST_TEST_CONTEXT(shape.to_string() << " " << name_of(dtype)) {
+                BOOST_TEST(same(y, shape, want_y));
+                BOOST_TEST(same(grads[0], shape, want_dx));
+                BOOST_TEST(same(grads[1], Shape{d}, dg));
+                BOOST_TEST(same(grads[2], Shape{d}, db));
+            }
+        }
+}
+
 // Before gamma/beta each row has mean 0 and variance σ²/(σ² + ε); then y = γ x̂ + β elementwise.
 BOOST_AUTO_TEST_CASE(layer_norm_normalizes_rows) {
     const Tensor x = random(Shape{4, 8}, 0.5f, 3.0f, 11);

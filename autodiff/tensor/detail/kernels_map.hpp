@@ -50,6 +50,12 @@ inline const float* floats_at(const Tensor& t, std::size_t i, std::size_t n, std
 inline float* result_at(Tensor& out, std::size_t i, std::array<float, chunk>& scratch) {
     return out.dtype() == Dtype::float32 ? static_cast<float*>(out.raw()) + i : scratch.data();
 }
+/// As above for n floats, any n: `scratch` grows to n when it must.
+inline float* result_at(Tensor& out, std::size_t i, std::size_t n, std::vector<float>& scratch) {
+    if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + i;
+    if (scratch.size() < n) scratch.resize(n);
+    return scratch.data();
+}
 /// Rounds `result` into elements [i, i + n) of `out`, one part of the write `batch` records (rounding.hpp).
 inline void store(const float* result, Tensor& out, std::size_t i, std::size_t n, RoundingBatch& batch) {
     if (out.dtype() != Dtype::float32) narrow(result, bytes_at(out, i), n, out.dtype(), batch);
