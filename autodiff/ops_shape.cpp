@@ -1,8 +1,10 @@
 #include <mixprec/autodiff/ops_shape.hpp>
 
 #include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/kernels_elementwise.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <numeric>
@@ -40,7 +42,37 @@ std::pair<std::size_t, std::size_t> outer_inner(const Shape& shape, std::size_t 
     return {outer, inner};
 }
 
-/// out (of `shape`) = x's elements read at offsets Σ index[k] stride[k], copied as S-byte words.
+/// Rows [row0, row1) of out (of `shape`; a row is its last axis) = x's elements read at offsets
+/// Σ index[k] stride[k], copied as S-byte words (a whole row at once where the last axis is contiguous).
+template <std::size_t S>
+void gather_rows(const std::byte* src, std::byte* dst, const Shape& shape, const Strides& stride, std::size_t row0,
+                 std::size_t row1) {
+    const std::size_t last = shape.rank() - 1, len = shape[last], step = stride[last];
+    Strides index{};
+    std::size_t offset = 0;
+    for (std::size_t a = last, rest = row0; a-- > 0;) { // row0's index, odometer style
+        index[a] = rest % shape[a];
+        rest /= shape[a];
+        offset += index[a] * stride[a];
+    }
+    dst += row0 * len * S;
+    for (std::size_t row = row0; row < row1; ++row) {
+        if (step == 1) {
+            std::memcpy(dst, src + offset * S, len * S);
+            dst += len * S;
+        } else {
+            for (std::size_t j = 0; j < len; ++j, dst += S) std::memcpy(dst, src + (offset + j * step) * S, S);
+        }
+        for (std::size_t a = last; a-- > 0;) { // next row
+            offset += stride[a];
+            if (++index[a] < shape[a]) break;
+            offset -= stride[a] * index[a];
+            index[a] = 0;
+        }
+    }
+}
+
+/// out (of `shape`) = x's elements read at offsets Σ index[k] stride[k]: rows spread over the threads.
 template <std::size_t S>
 void gather_words(const std::byte* src, std::byte* dst, const Shape& shape, const Strides& stride) {
     const std::size_t n = shape.elements();
@@ -49,18 +81,9 @@ void gather_words(const std::byte* src, std::byte* dst, const Shape& shape, cons
         std::memcpy(dst, src, S);
         return;
     }
-    const std::size_t last = shape.rank() - 1, len = shape[last], step = stride[last];
-    Strides index{};
-    std::size_t offset = 0;
-    for (std::size_t row = 0; row < n / len; ++row) {
-        for (std::size_t j = 0; j < len; ++j, dst += S) std::memcpy(dst, src + (offset + j * step) * S, S);
-        for (std::size_t a = last; a-- > 0;) { // next row, odometer style
-            offset += stride[a];
-            if (++index[a] < shape[a]) break;
-            offset -= stride[a] * index[a];
-            index[a] = 0;
-        }
-    }
+    const std::size_t len = shape[shape.rank() - 1];
+    detail::split(n / len, std::max<std::size_t>(1, (std::size_t{1} << 14) / len),
+                  [&](std::size_t r0, std::size_t r1) { gather_rows<S>(src, dst, shape, stride, r0, r1); });
 }
 
 Tensor gather(const Tensor& x, const Shape& shape, const Strides& stride) {

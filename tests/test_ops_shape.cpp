@@ -5,6 +5,9 @@
 
 #include "op_checks.hpp"
 
+#include <array>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -69,6 +72,43 @@ BOOST_AUTO_TEST_CASE(reshape_values_identity_and_gradient) {
     check("reshape ()->(1,1)", [](const auto& in) { return reshape(in[0], Shape{1, 1}); }, {random(Shape{}, 2)});
     check("reshape (2,2)->(4)", [](const auto& in) { return reshape(in[0], Shape{4}); }, {random(Shape{2, 2}, 3)});
     BOOST_CHECK_THROW(reshape(x, Shape{4}), shape_error);
+}
+
+// Large transposes run in pieces of rows on every thread, each piece starting mid-tensor: every element
+// lands where the index arithmetic written out here puts it, for 4-, 2- and 1-byte elements (their bits
+// numbered: all distinct for 4 and 2 bytes, modulo 251 for 1), with the last axis kept (rows copied
+// whole) and moved.
+BOOST_AUTO_TEST_CASE(transpose_in_pieces_puts_every_element_in_place) {
+    const Shape shape{64, 16, 4, 16}; // 65,536 elements
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::float8_e4m3})
+        for (const std::vector<std::size_t>& perm : {std::vector<std::size_t>{0, 2, 1, 3}, {3, 1, 0, 2}}) {
+            const std::size_t width = size_of(dtype);
+            Tensor x = Tensor::uninitialized(shape, dtype);
+            const auto word = [width](const Tensor& t, std::size_t i) {
+                std::uint32_t w = 0;
+                std::memcpy(&w, static_cast<const std::byte*>(t.raw()) + i * width, width);
+                return w;
+            };
+            for (std::size_t i = 0; i < shape.elements(); ++i) {
+                const auto w = static_cast<std::uint32_t>(width == 1 ? i % 251 : i);
+                std::memcpy(static_cast<std::byte*>(x.raw()) + i * width, &w, width);
+            }
+            const Tensor t = transpose(x, perm);
+            std::array<std::size_t, 4> out{}, in{};
+            for (std::size_t k = 0; k < 4; ++k) out[k] = shape[perm[k]];
+            BOOST_REQUIRE(t.shape() == (Shape{out[0], out[1], out[2], out[3]}));
+            std::size_t flat = 0, wrong = 0;
+            for (std::size_t a = 0; a < out[0]; ++a)
+                for (std::size_t b = 0; b < out[1]; ++b)
+                    for (std::size_t c = 0; c < out[2]; ++c)
+                        for (std::size_t d = 0; d < out[3]; ++d, ++flat) {
+                            const std::array<std::size_t, 4> i{a, b, c, d};
+                            for (std::size_t k = 0; k < 4; ++k) in[perm[k]] = i[k];
+                            const std::size_t from = ((in[0] * shape[1] + in[1]) * shape[2] + in[2]) * shape[3] + in[3];
+                            wrong += word(t, flat) != word(x, from);
+                        }
+            BOOST_TEST(wrong == 0u, name_of(dtype) << " permutation " << perm[0] << perm[1] << perm[2] << perm[3]);
+        }
 }
 
 BOOST_AUTO_TEST_CASE(transpose_values_and_gradients) {

@@ -179,7 +179,12 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     } else {
         detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
     }
-    finish_rows(c, options.alpha, add, out, s.n, 0, rows, rounding);
+    if (options.alpha == 1.0f && add == nullptr && out_dtype == Dtype::float32) return out; // nothing to finish
+    // the scale, the bias and the rounding on every thread (elementwise: the same bits however split)
+    detail::split(rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(s.n, 1)),
+                  [&](std::size_t r0, std::size_t r1) {
+                      finish_rows(c + r0 * s.n, options.alpha, add, out, s.n, r0, r1, rounding);
+                  });
     return out;
 }
 
