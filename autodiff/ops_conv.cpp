@@ -188,14 +188,6 @@ T* scratch(std::size_t slot, std::size_t n) {
     return pool[slot].data();
 }
 
-/// t as float32: its own storage when float32, else widened into scratch `slot`.
-const float* floats_of(const Tensor& t, std::size_t slot) {
-    if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
-    float* out = scratch<float>(slot, t.size());
-    widen(t.raw(), t.dtype(), out, t.size());
-    return out;
-}
-
 /// ReLU as relu() computes it (NaN kept, -0 to +0), and its gradient: g where y > 0, else g · 0.
 inline float relu_of(float v) { return v > 0.0f || v != v ? v : 0.0f; }
 inline float relu_gradient(float g, float y) { return g * (y > 0.0f ? 1.0f : 0.0f); }
@@ -214,6 +206,9 @@ const T* elements_as(const Tensor& t, std::size_t at, std::size_t n, std::size_t
         return t.data<T>().data() + at;
     }
 }
+
+/// t as float32: its own storage when float32, else widened into this thread's scratch `slot`.
+const float* floats_of(const Tensor& t, std::size_t slot) { return elements_as<float>(t, 0, t.size(), slot); }
 
 /// A zeroed float32 accumulator for a result of shape and dtype; finish() rounds it once.
 struct float_result {

@@ -19,17 +19,6 @@ namespace mixprec::autodiff {
 
 namespace {
 
-/// Runs part(r0, r1) on blocks of rows of d values each (about 2,048 values a block, one row at least),
-/// spread over the threads from 8,192 values a piece.
-template <class Part>
-void for_row_blocks(std::size_t rows, std::size_t d, Part part) {
-    const std::size_t per_block = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(d, 1));
-    detail::split(rows, std::max<std::size_t>(1, 8192 / std::max<std::size_t>(d, 1)),
-                  [&](std::size_t lo, std::size_t hi) {
-                      for (std::size_t r = lo; r < hi; r += per_block) part(r, std::min(hi, r + per_block));
-                  });
-}
-
 /// dst[0, n) = elements [at, at + n) of t, widened exactly to float32.
 void floats_into(const Tensor& t, std::size_t at, std::size_t n, float* dst) {
     if (t.dtype() == Dtype::float32) {
@@ -59,7 +48,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     Tensor y = Tensor::uninitialized(x.shape(), x.dtype());
     {
         RoundingBatch rounding(y);
-        for_row_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
+        detail::split_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
             thread_local std::vector<float> out;
             float* xr = xhat->data() + r0 * d;
             floats_into(x, r0 * d, (r1 - r0) * d, xr);
@@ -87,7 +76,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
             Tensor dx = Tensor::uninitialized(shape, t);
             {
                 RoundingBatch rounding(dx);
-                for_row_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
+                detail::split_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
                     thread_local std::vector<float> out, gx;
                     gx.resize(d);
                     float* dyr = dys.data() + r0 * d;

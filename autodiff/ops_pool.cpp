@@ -129,21 +129,6 @@ void argmax(const geometry& g, const float* plane, std::size_t first, std::size_
     }
 }
 
-/// Runs body(first plane, planes) on blocks of about 2,048 `per_plane` elements (one narrow() call of
-/// useful length each, small enough to stay in cache), spread over the threads: planes are independent,
-/// so the bits do not depend on the split.
-template <class Body>
-void for_plane_blocks(const geometry& g, std::size_t per_plane, Body body) {
-    const std::size_t per_block = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(per_plane, 1)),
-                      blocks = (g.planes + per_block - 1) / per_block;
-    detail::split(blocks, 4, [&](std::size_t b0, std::size_t b1) {
-        for (std::size_t b = b0; b < b1; ++b) {
-            const std::size_t first = b * per_block;
-            body(first, std::min(per_block, g.planes - first));
-        }
-    });
-}
-
 /// Elements [at, at + n) of t as floats: t's own for float32, else widened into `scratch`.
 const float* floats_at(const Tensor& t, std::size_t at, std::size_t n, std::vector<float>& scratch) {
     if (scratch.size() < n && t.dtype() != Dtype::float32) scratch.resize(n);
@@ -160,7 +145,8 @@ Tensor pool_forward(const geometry& g, const Tensor& x, Forward forward) {
     const std::size_t in = g.h * g.w, out = g.ho * g.wo;
     Tensor y = Tensor::uninitialized(Shape{x.shape()[0], x.shape()[1], g.ho, g.wo}, x.dtype());
     RoundingBatch rounding(y);
-    for_plane_blocks(g, out, [&](std::size_t first, std::size_t planes) {
+    detail::split_blocks(g.planes, out, [&](std::size_t first, std::size_t end) {
+        const std::size_t planes = end - first;
         thread_local std::vector<float> xs, ys;
         float* v = result_at(y, first * out, planes * out, ys);
         forward(first, planes, floats_at(x, first * in, planes * in, xs), v);
@@ -176,7 +162,8 @@ Tensor pool_backward(const geometry& g, const Shape& shape, Dtype dtype, const T
     const std::size_t in = g.h * g.w, out = g.ho * g.wo;
     Tensor dx = Tensor::uninitialized(shape, dtype);
     RoundingBatch rounding(dx);
-    for_plane_blocks(g, in, [&](std::size_t first, std::size_t planes) {
+    detail::split_blocks(g.planes, in, [&](std::size_t first, std::size_t end) {
+        const std::size_t planes = end - first;
         thread_local std::vector<float> dys, dxs;
         float* v = result_at(dx, first * in, planes * in, dxs);
         std::fill_n(v, planes * in, 0.0f);

@@ -25,4 +25,16 @@ void split(std::size_t n, std::size_t min_piece, Part part) {
     for (std::size_t p = 0; p < parts; ++p) part(n * p / parts, n * (p + 1) / parts);
 }
 
+/// Calls part(begin, end) on blocks of [0, n) whose items hold `per_item` values each: about 2,048 values a
+/// block (one item at least; a rounding of useful length that stays in cache), the blocks spread over the
+/// threads from 4 a piece. For items that are independent, so the bits do not depend on the split.
+template <class Part>
+void split_blocks(std::size_t n, std::size_t per_item, Part part) {
+    const std::size_t per_block = std::max<std::size_t>(1, 2048 / std::max<std::size_t>(per_item, 1)),
+                      blocks = (n + per_block - 1) / per_block;
+    split(blocks, 4, [&](std::size_t b0, std::size_t b1) {
+        for (std::size_t b = b0; b < b1; ++b) part(b * per_block, std::min(n, (b + 1) * per_block));
+    });
+}
+
 } // namespace mixprec::autodiff::detail
