@@ -1,5 +1,6 @@
 #include <mixprec/autodiff/ops_conv.hpp>
 
+#include <mixprec/autodiff/detail/conv_routes.hpp>
 #include <mixprec/autodiff/detail/fp8_cast.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
@@ -12,7 +13,10 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -160,10 +164,11 @@ void col2im(const geometry& g, const float* cols, std::size_t row, std::size_t b
     });
 }
 
-/// c = op(a) op(b) in float32: float operands in OpenBLAS sgemm, bfloat16 ones in oneDNN (exact products,
-/// float32 accumulation).
+/// c = op(a) op(b) in float32: float operands in OpenBLAS's sgemm (oneDNN's with `onednn_sgemm`),
+/// bfloat16 ones in oneDNN (exact products, float32 accumulation).
 template <class T>
-void gemm(std::size_t m, std::size_t n, std::size_t k, bool ta, bool tb, const T* a, const T* b, float* c) {
+void gemm(std::size_t m, std::size_t n, std::size_t k, bool ta, bool tb, const T* a, const T* b, float* c,
+          bool onednn_sgemm) {
     if (m == 0 || n == 0) return;
     if (k == 0) {
         std::fill_n(c, m * n, 0.0f);
@@ -171,7 +176,11 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, bool ta, bool tb, const T
     }
     const detail::gemm_shape s{1, m, n, k, ta, tb, false};
     if constexpr (std::is_same_v<T, float>) {
-        detail::sgemm(s, a, b, c);
+        if (onednn_sgemm) {
+            detail::onednn_sgemm(s, a, b, c);
+        } else {
+            detail::openblas_sgemm(s, a, b, c);
+        }
     } else {
         detail::onednn_matmul_bf16(s, a, b, c);
     }
@@ -267,7 +276,8 @@ void over_batch(const geometry& g, Part part) {
 }
 
 template <class T>
-void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, float alpha, Tensor& y) {
+void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, float alpha, Tensor& y,
+             bool onednn_sgemm) {
     RoundingBatch rounding(y);
     over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
         const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
@@ -277,7 +287,7 @@ void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, 
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
             for (std::size_t b = 0; b < nb; ++b)
                 im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
-            gemm(g.o, row, k, false, false, w, cols, prod); // (O, nb·L) = w · cols
+            gemm(g.o, row, k, false, false, w, cols, prod, onednn_sgemm); // (O, nb·L) = w · cols
             for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = alpha · prod[:, b·L : (b+1)·L] + bias, rounded once
                 float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
                 for (std::size_t o = 0; o < g.o; ++o) {
@@ -303,7 +313,7 @@ struct conv_grads {
 };
 
 template <class T>
-void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, conv_grads d) {
+void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, conv_grads d, bool onednn_sgemm) {
     const std::size_t k = g.k(), l = g.l(), image = g.c * g.h * g.w, sums = g.o * k + g.o;
     // Each thread sums its images' dw and dbias into its own slice; the slices are added in thread order.
     std::vector<float> partial(sums * static_cast<std::size_t>(omp_get_max_threads()), 0.0f);
@@ -340,10 +350,10 @@ void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, 
                 }
                 im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
             }
-            gemm(g.o, k, row, false, true, dyp, cols, dw_chunk); // dY · colsᵀ
+            gemm(g.o, k, row, false, true, dyp, cols, dw_chunk, onednn_sgemm); // dY · colsᵀ
             for (std::size_t i = 0; i < g.o * k; ++i) dw[i] += dw_chunk[i];
             if (!d.dx) continue;
-            gemm(k, row, g.o, true, false, w, dyp, dcols); // wᵀ · dY
+            gemm(k, row, g.o, true, false, w, dyp, dcols, onednn_sgemm); // wᵀ · dY
             for (std::size_t b = 0; b < nb; ++b) {
                 float* dx = workspace(*d.dx, (n0 + b) * image, image, true);
                 col2im(g, dcols, row, b, dx);
@@ -362,17 +372,25 @@ void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, 
 }
 
 /// The route of a convolution: oneDNN's primitives (bfloat16 operands as they are where the level has
-/// AVX512-BF16, every other dtype widened to float32), or im2col and a GEMM (see ops_conv.hpp for which
-/// one `automatic` takes, and why).
-enum class route { onednn_bf16, onednn_f32, im2col_bf16, im2col_f32 };
+/// AVX512-BF16, every other dtype widened to float32), or im2col and a GEMM (OpenBLAS's or oneDNN's sgemm
+/// on float32 operands). See ops_conv.hpp for which one `automatic` takes, and why.
+enum class route { onednn_bf16, onednn_f32, im2col_bf16, im2col_f32, im2col_f32_onednn };
 
+/// The route of `backend` (not measured; automatic as the process has it) for this shape and dtype.
 route route_of(const geometry& g, Dtype dtype, ConvBackend backend) {
+    if (backend == ConvBackend::automatic) backend = conv_backend();
     const bool bf16 = dtype == Dtype::bfloat16 && detail::onednn_bf16_available();
     // oneDNN wants every dimension nonzero; empty shapes stay on the im2col path
     const bool onednn = g.n > 0 && g.c > 0 && g.o > 0 && g.l() > 0 &&
                         (backend == ConvBackend::onednn || (backend == ConvBackend::automatic && bf16));
     if (onednn) return bf16 ? route::onednn_bf16 : route::onednn_f32;
-    return bf16 ? route::im2col_bf16 : route::im2col_f32;
+    if (bf16) return route::im2col_bf16;
+    return backend == ConvBackend::im2col_onednn ? route::im2col_f32_onednn : route::im2col_f32;
+}
+
+bool measures(ConvBackend backend) {
+    return backend == ConvBackend::measured ||
+           (backend == ConvBackend::automatic && conv_backend() == ConvBackend::measured);
 }
 
 detail::conv_shape onednn_shape(const geometry& g, route r) {
@@ -423,10 +441,11 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         break;
     }
     case route::im2col_bf16:
-        forward(g, x, w.data<bfloat16>().data(), b, alpha, y);
+        forward(g, x, w.data<bfloat16>().data(), b, alpha, y, false);
         break;
     case route::im2col_f32:
-        forward(g, x, floats_of(w, widened_w), b, alpha, y);
+    case route::im2col_f32_onednn:
+        forward(g, x, floats_of(w, widened_w), b, alpha, y, r == route::im2col_f32_onednn);
         break;
     }
     return y;
@@ -469,10 +488,11 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
         break;
     }
     case route::im2col_bf16:
-        backward(g, x, w.data<bfloat16>().data(), dy, d);
+        backward(g, x, w.data<bfloat16>().data(), dy, d, false);
         break;
     case route::im2col_f32:
-        backward(g, x, floats_of(w, widened_w), dy, d);
+    case route::im2col_f32_onednn:
+        backward(g, x, floats_of(w, widened_w), dy, d, r == route::im2col_f32_onednn);
         break;
     }
     if (dw_alpha != 1.0f)
@@ -480,6 +500,48 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     Gradients result{dx, dw.finish()};
     if (db) result.push_back(db->finish());
     return result;
+}
+
+/// run(r) on the route measured for this pass, shape and dtype: at the first call, each named backend's
+/// route (those that differ) once untimed and three times timed, interleaved, keeping the fastest and
+/// returning its result.
+template <class Run>
+auto run_measured(const std::string& pass, const geometry& g, Dtype dtype, Run run) {
+    const auto& o = g.opt;
+    const std::string key = pass + " x " + Shape{g.n, g.c, g.h, g.w}.to_string() + " w " +
+                            Shape{g.o, g.c, g.kh, g.kw}.to_string() + " " + std::string(name_of(dtype)) + " stride " +
+                            pair_text(o.stride) + " padding " + pair_text(o.padding) + " dilation " +
+                            pair_text(o.dilation);
+    if (const auto chosen = detail::measured_choice(key)) return run(route_of(g, dtype, *chosen));
+    std::vector<ConvBackend> backends;
+    std::vector<route> routes;
+    for (ConvBackend b : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn}) {
+        const route r = route_of(g, dtype, b);
+        if (std::find(routes.begin(), routes.end(), r) != routes.end()) continue;
+        backends.push_back(b);
+        routes.push_back(r);
+    }
+    using result = decltype(run(routes[0]));
+    std::vector<std::optional<result>> last(routes.size());
+    for (std::size_t i = 0; i < routes.size(); ++i) last[i] = run(routes[i]); // untimed: first touches, JIT
+    std::vector<double> best(routes.size(), std::numeric_limits<double>::infinity());
+    for (int repeat = 0; repeat < 3; ++repeat)
+        for (std::size_t i = 0; i < routes.size(); ++i) { // interleaved: a slow moment of the machine hits all
+            const auto start = std::chrono::steady_clock::now();
+            last[i] = run(routes[i]);
+            const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+            best[i] = std::min(best[i], took.count());
+        }
+    const auto win = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
+    std::string line = key + ": " + std::string(name_of(backends[win])) + ", best of 3:";
+    for (std::size_t i = 0; i < routes.size(); ++i) {
+        std::array<char, 32> ms{};
+        std::snprintf(ms.data(), ms.size(), " %.3g ms", best[i]);
+        line += (i ? ", " : " ") + std::string(name_of(backends[i])) + ms.data();
+    }
+    const ConvBackend kept = detail::record_measured_choice(key, backends[win], std::move(line));
+    if (kept == backends[win]) return std::move(*last[win]);
+    return run(route_of(g, dtype, kept)); // another thread chose first
 }
 
 /// Records y = conv(x, w, bias) on the tape when it wants it, with its backward `grads`.
@@ -510,11 +572,17 @@ Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
-    const route r = route_of(g, x.dtype(), options.backend);
-    const Tensor y = run_forward(g, r, x, w, bias ? floats_of(*bias, widened_other) : nullptr, 1.0f, x.dtype());
-    const auto grads = [x, w, has_bias = bias.has_value(), g, r,
+    const bool measured = measures(options.backend);
+    const route r = measured ? route::im2col_f32 : route_of(g, x.dtype(), options.backend);
+    const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
+    const auto forward_on = [&](route on) { return run_forward(g, on, x, w, b, 1.0f, x.dtype()); };
+    const Tensor y = measured ? run_measured("forward", g, x.dtype(), forward_on) : forward_on(r);
+    const auto grads = [x, w, has_bias = bias.has_value(), g, r, measured,
                         relu_y = options.relu ? y : Tensor()](const Tensor& dy) {
-        return run_backward(g, r, x, w, dy, has_bias, x.dtype(), w.dtype(), g.opt.relu ? &relu_y : nullptr);
+        const auto backward_on = [&](route on) {
+            return run_backward(g, on, x, w, dy, has_bias, x.dtype(), w.dtype(), g.opt.relu ? &relu_y : nullptr);
+        };
+        return measured ? run_measured("backward", g, x.dtype(), backward_on) : backward_on(r);
     };
     record_conv(y, x, w, bias, grads);
     return y;
@@ -525,18 +593,26 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
     const geometry g = check(x, w, bias, options);
     const detail::Fp8Operand qx = detail::fp8_operand(x, casts.input, "conv2d_fp8", "input"),
                              qw = detail::fp8_operand(w, casts.kernel, "conv2d_fp8", "kernel");
-    const route r = route_of(g, qx.q.dtype(), options.backend); // FP8 operands: a float32 route
-    const Tensor y = run_forward(g, r, qx.q, qw.q, bias ? floats_of(*bias, widened_other) : nullptr,
-                                 qx.inverse * qw.inverse, x.dtype());
-    const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, r, x_dtype = x.dtype(),
-                        w_dtype = w.dtype(), relu_y = options.relu ? y : Tensor()](const Tensor& output_grad) {
+    const bool measured = measures(options.backend); // FP8 operands: a float32 route
+    const route r = measured ? route::im2col_f32 : route_of(g, qx.q.dtype(), options.backend);
+    const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
+    const auto forward_on = [&](route on) {
+        return run_forward(g, on, qx.q, qw.q, b, qx.inverse * qw.inverse, x.dtype());
+    };
+    const Tensor y = measured ? run_measured("forward", g, qx.q.dtype(), forward_on) : forward_on(r);
+    const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, r, measured,
+                        x_dtype = x.dtype(), w_dtype = w.dtype(),
+                        relu_y = options.relu ? y : Tensor()](const Tensor& output_grad) {
         const Tensor dy = g.opt.relu ? relu_masked(output_grad, relu_y) : output_grad; // before the FP8 cast
         Gradients result(has_bias ? 3 : 2);
         if (has_bias && gradient_needed(2)) result[2] = bias_gradient(g, dy, w_dtype); // from dy, not its cast
         if (!gradient_needed(0) && !gradient_needed(1)) return result;
         const detail::Fp8Operand qg = detail::fp8_operand(dy, grad, "conv2d_fp8", "output gradient");
-        Gradients d = run_backward(g, r, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, nullptr, qg.inverse * qw.inverse,
-                                   qx.inverse * qg.inverse);
+        const auto backward_on = [&](route on) {
+            return run_backward(g, on, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, nullptr, qg.inverse * qw.inverse,
+                                qx.inverse * qg.inverse);
+        };
+        Gradients d = measured ? run_measured("backward", g, qx.q.dtype(), backward_on) : backward_on(r);
         result[0] = std::move(d[0]);
         result[1] = std::move(d[1]);
         return result;

@@ -1,19 +1,23 @@
 #pragma once
 /// 2-D convolution (cross-correlation, as in every deep-learning library) with its gradient.
 ///
-/// Layout NCHW, weights (O, C, kh, kw). Two routes, each with the same contract: exact products (every
+/// Layout NCHW, weights (O, C, kh, kw). Every route keeps the same contract: exact products (every
 /// operand dtype multiplies exactly in float32), float32 accumulation, the bias added in float32, and
 /// each result rounded once (by mixprec, never by oneDNN) to the inputs' dtype. The backward pass
 /// likewise: dx (overlapping patches included), dw and dbias are each summed in float32 and rounded once.
+/// The routes add their terms in different orders, so they agree within the contract, not bit for bit.
 /// - im2col: one GEMM on an im2col matrix per chunk of the batch (OpenBLAS sgemm on operands widened to
 ///   float32), chunks keeping the column matrix at about 1 MiB;
+/// - im2col_onednn: the same, with oneDNN's sgemm in place of OpenBLAS's;
 /// - onednn: oneDNN's convolution primitives, on bfloat16 values as they are at the avx512_bf16 level
 ///   and above, on float32 values (float16 and bfloat16 widened) otherwise.
+/// bfloat16 convolutions at the avx512_bf16 level and above multiply their bfloat16 operands in oneDNN on
+/// both im2col routes.
 /// ConvBackend::automatic takes oneDNN for bfloat16 at the avx512_bf16 level (its bfloat16 dot products
-/// give twice the float32 rate) and im2col for everything else: measured with bench/bench_layers, which
-/// times both routes for every dtype, oneDNN's float32 convolutions are no faster than im2col and sgemm
-/// on the model's shapes (AVX2 CPUs: 22.5 against 21.2 ms for 32→64 channels at 13×13, batch 128,
-/// forward and backward), and twice as slow for a first layer of one channel.
+/// give twice the float32 rate) and im2col for everything else: a rule fixed in advance, so a run gives
+/// the same bits at every instruction-set level below avx512_bf16 (OpenBLAS does not follow MIXPREC_ISA;
+/// oneDNN does). ConvBackend::measured instead times the routes on the CPU at hand and keeps the fastest
+/// for each shape (below). bench/bench_layers times every route for every dtype.
 /// The input's gradient is computed only when a tape wants it (gradient_needed, tape.hpp), so a first
 /// layer fed with data pays for dw and dbias alone.
 
@@ -23,15 +27,41 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace mixprec::autodiff {
 
 /// Which implementation runs a convolution (the result obeys the same contract on each).
 enum class ConvBackend : unsigned char {
-    automatic, ///< the faster of the two for this CPU and dtype (see above)
-    im2col,    ///< im2col and a GEMM per chunk of the batch
-    onednn,    ///< oneDNN's convolution primitives
+    automatic,     ///< the process's route (set_conv_backend), by default the fixed rule above
+    im2col,        ///< im2col and an OpenBLAS GEMM per chunk of the batch
+    im2col_onednn, ///< im2col and a oneDNN GEMM per chunk of the batch
+    onednn,        ///< oneDNN's convolution primitives
+    /// Each route in turn, once to warm up and three times timed, at the first forward pass of each shape
+    /// and dtype (and again at its first backward pass), keeping the fastest for the rest of the process:
+    /// like cuDNN's benchmark mode. The choice rests on timings, so two runs may choose differently and
+    /// then differ in their bits; pin a route where a run must repeat bit for bit (resuming from a
+    /// checkpoint included). measured_conv_routes() lists the choices.
+    measured,
 };
+
+/// "automatic", "im2col", "im2col_onednn", "onednn" or "measured".
+std::string_view name_of(ConvBackend backend);
+/// The backend of that name; std::invalid_argument naming the choices for any other.
+ConvBackend conv_backend_named(std::string_view name);
+
+/// The route ConvBackend::automatic stands for in this process: at first MIXPREC_CONV_ROUTE's (a name
+/// above) when that is set, else automatic, which is the fixed rule. set_conv_backend changes it (for
+/// every thread; no convolution may run meanwhile).
+ConvBackend conv_backend();
+void set_conv_backend(ConvBackend backend);
+
+/// What ConvBackend::measured chose so far, a line per pass and shape, in the order chosen, e.g.
+/// "forward x (128, 32, 13, 13) w (64, 32, 3, 3) float32 stride (1, 1) padding (0, 0) dilation (1, 1):
+/// im2col_onednn, best of 3: im2col 4.79 ms, im2col_onednn 4.18 ms, onednn 4.52 ms".
+std::vector<std::string> measured_conv_routes();
 
 struct Conv2dOptions {
     std::array<std::size_t, 2> stride{1, 1};   ///< (rows, columns), each ≥ 1

@@ -27,6 +27,7 @@ target_sources(mixprec PRIVATE
   autodiff/ops_reduce.cpp
   autodiff/ops_softmax.cpp
   autodiff/ops_conv.cpp
+  autodiff/conv_backend.cpp
   autodiff/tensor/conv_onednn.cpp
   autodiff/ops_pool.cpp
   autodiff/ops_nn.cpp

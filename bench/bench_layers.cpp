@@ -5,7 +5,8 @@
 // products oneDNN rounds, and float32 for conv2d, whose convolutions write float32). The floor: a layer takes at most 1.25×
 // the time of its GEMMs (bench/report.py prints the ratios).
 //
-// Names: layer/<dense|conv2d>/<dtype>, peer/<dense|conv2d>/<sgemm|onednn>.
+// Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first>/<dtype>/<im2col|im2col_onednn|onednn> (each
+// convolution route; conv2d_first is a one-channel first layer), peer/<dense|conv2d>/<sgemm|onednn>.
 
 #include <mixprec/mixprec.hpp>
 
@@ -144,11 +145,10 @@ int main(int argc, char** argv) {
         const std::string dtype(name_of(d));
         configure(benchmark::RegisterBenchmark(("layer/dense/" + dtype).c_str(), bm_dense, d));
         for (const ConvCase& shape : conv_cases)
-            for (const auto& [backend, route] :
-                 {std::pair{ConvBackend::im2col, "im2col"}, {ConvBackend::onednn, "onednn"}})
+            for (ConvBackend backend : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn})
                 configure(benchmark::RegisterBenchmark(
-                    ("layer/" + std::string(shape.name) + "/" + dtype + "/" + route).c_str(), bm_conv, d, shape,
-                    backend));
+                    ("layer/" + std::string(shape.name) + "/" + dtype + "/" + std::string(name_of(backend))).c_str(),
+                    bm_conv, d, shape, backend));
     }
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -9,6 +9,9 @@
 // Names: sgemm/float32/MxKxN, matmul/float32/MxKxN, matmul/float16/MxKxN,
 //        matmul/bfloat16/<automatic|sgemm|onednn>/MxKxN       (a is M x K, b is K x N)
 //
+// The matmul rows multiply on the process's float32 GEMM library: OpenBLAS's, or oneDNN's with
+// MIXPREC_GEMM=onednn (the sgemm peer stays OpenBLAS's).
+//
 // BLAS threads: MIXPREC_BENCH_THREADS if set, else the number of hardware threads; set for OpenBLAS and
 // oneDNN alike through set_blas_threads.
 

@@ -309,7 +309,8 @@ BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
 // On either backend, each result is conv2d's float32 sums of the quantized operands, times its
 // 1/(s_a s_b), plus the bias, rounded once; the bias gradient is summed from dy itself.
 BOOST_AUTO_TEST_CASE(conv_products_are_those_of_the_quantized_operands) {
-    for (const ConvBackend backend : {ConvBackend::im2col, ConvBackend::onednn})
+    for (const ConvBackend backend :
+         {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn, ConvBackend::measured})
         for (const Dtype dtype : {Dtype::float32, Dtype::bfloat16}) {
             const Tensor x = random_tensor(Shape{2, 3, 7, 7}, 3.0f, 31, dtype);
             const Tensor w = random_tensor(Shape{4, 3, 3, 3}, 0.2f, 32, dtype);
@@ -361,7 +362,8 @@ BOOST_AUTO_TEST_CASE(conv_products_are_those_of_the_quantized_operands) {
 // Conv2dOptions::relu in FP8 gives relu(conv2d_fp8(…)) bit for bit: the ReLU's mask applies to the
 // output gradient before its FP8 cast, and to the bias gradient summed from it.
 BOOST_AUTO_TEST_CASE(conv_relu_is_relu_of_conv2d_fp8_bit_for_bit) {
-    for (const ConvBackend backend : {ConvBackend::im2col, ConvBackend::onednn}) {
+    for (const ConvBackend backend :
+         {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn, ConvBackend::measured}) {
         const Tensor x = random_tensor(Shape{2, 3, 7, 7}, 3.0f, 51, Dtype::bfloat16);
         const Tensor w = random_tensor(Shape{4, 3, 3, 3}, 0.2f, 52, Dtype::bfloat16);
         const Tensor b = random_tensor(Shape{4}, 0.5f, 53, Dtype::bfloat16);

@@ -86,21 +86,48 @@ BOOST_AUTO_TEST_CASE(exact_small_products) {
     }
 }
 
-// Random products in every dtype, 2-D and batched, with and without transposes.
+/// Runs f() with each float32 GEMM library in turn, restoring the process's own after.
+template <class F>
+void with_each_library(F f) {
+    const Float32Gemm before = float32_gemm();
+    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn}) BOOST_TEST_CONTEXT(name_of(library)) {
+            set_float32_gemm(library);
+            f();
+        }
+    set_float32_gemm(before);
+}
+
+// Random products in every dtype, 2-D and batched, with and without transposes, on both float32 GEMM
+// libraries; and one large enough to run on the libraries' own threads.
 BOOST_AUTO_TEST_CASE(random_products_match_float64) {
-    unsigned seed = 10;
-    for (Dtype dtype : all_dtypes)
-        for (bool ta : {false, true})
-            for (bool tb : {false, true}) {
-                const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
-                const Tensor a = random_tensor(ta ? Shape{37, 23} : Shape{23, 37}, dtype, ++seed);
-                const Tensor b = random_tensor(tb ? Shape{19, 37} : Shape{37, 19}, dtype, ++seed);
-                check_product(a, b, kernels::matmul(a, b, o), o);
-                const Tensor a3 = random_tensor(ta ? Shape{3, 37, 23} : Shape{3, 23, 37}, dtype, ++seed);
-                const Tensor b3 = random_tensor(tb ? Shape{3, 19, 37} : Shape{3, 37, 19}, dtype, ++seed);
-                check_product(a3, b3, kernels::matmul(a3, b3, o), o);
-                check_product(a3, b, kernels::matmul(a3, b, o), o); // one b shared by every batch
-            }
+    with_each_library([] {
+        unsigned seed = 10;
+        for (Dtype dtype : all_dtypes)
+            for (bool ta : {false, true})
+                for (bool tb : {false, true}) {
+                    const MatmulOptions o{.transpose_a = ta, .transpose_b = tb};
+                    const Tensor a = random_tensor(ta ? Shape{37, 23} : Shape{23, 37}, dtype, ++seed);
+                    const Tensor b = random_tensor(tb ? Shape{19, 37} : Shape{37, 19}, dtype, ++seed);
+                    check_product(a, b, kernels::matmul(a, b, o), o);
+                    const Tensor a3 = random_tensor(ta ? Shape{3, 37, 23} : Shape{3, 23, 37}, dtype, ++seed);
+                    const Tensor b3 = random_tensor(tb ? Shape{3, 19, 37} : Shape{3, 37, 19}, dtype, ++seed);
+                    check_product(a3, b3, kernels::matmul(a3, b3, o), o);
+                    check_product(a3, b, kernels::matmul(a3, b, o), o); // one b shared by every batch
+                }
+        const Tensor a = random_tensor(Shape{160, 300}, Dtype::float32, 90);
+        const Tensor b = random_tensor(Shape{130, 300}, Dtype::float32, 91);
+        check_product(a, b, kernels::matmul(a, b, {.transpose_b = true}), {.transpose_b = true});
+    });
+}
+
+// Each library's name gives it back; any other name is refused with the choices.
+BOOST_AUTO_TEST_CASE(float32_gemm_libraries_by_name) {
+    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn})
+        BOOST_TEST((float32_gemm_named(name_of(library)) == library));
+    BOOST_CHECK_EXCEPTION(float32_gemm_named("mkl"), std::invalid_argument, [](const std::invalid_argument& e) {
+        const std::string m = e.what();
+        return m.find("'mkl'") != std::string::npos && m.find("openblas, onednn") != std::string::npos;
+    });
 }
 
 // The two bfloat16 backends compute the same products (up to float32 summation order).
@@ -141,16 +168,19 @@ BOOST_AUTO_TEST_CASE(bias_is_added_before_the_one_rounding) {
     const std::vector<float> bv{1, 0, -1, 2, 0.5f, 1}, biasv{0.0625f, -7};
     std::vector<float> av; // 64 rows (split over threads), alternating (1 2 3) and (4 5 6)
     for (int i = 0; i < 32; ++i) av.insert(av.end(), {1, 2, 3, 4, 5, 6});
-    for (Dtype dtype : all_dtypes)
-        for (MatmulBackend backend : {MatmulBackend::automatic, MatmulBackend::sgemm}) {
-            const Tensor bias = Tensor::from_floats(Shape{2}, biasv, dtype);
-            const Tensor c = kernels::matmul(Tensor::from_floats(Shape{64, 3}, av, dtype),
-                                             Tensor::from_floats(Shape{3, 2}, bv, dtype), {.backend = backend}, &bias);
-            const float expected[] = {0.5f, 7, 2, 16}; // a @ b, rows (1 2 3) and (4 5 6)
-            for (std::size_t i = 0; i < c.size(); ++i)
-                BOOST_TEST_REQUIRE(c.flat(i) == one(expected[i % 4] + bias.flat(i % 2), dtype).flat(0),
-                                   dtype << " element " << i);
-        }
+    with_each_library([&] {
+        for (Dtype dtype : all_dtypes)
+            for (MatmulBackend backend : {MatmulBackend::automatic, MatmulBackend::sgemm}) {
+                const Tensor bias = Tensor::from_floats(Shape{2}, biasv, dtype);
+                const Tensor c =
+                    kernels::matmul(Tensor::from_floats(Shape{64, 3}, av, dtype),
+                                    Tensor::from_floats(Shape{3, 2}, bv, dtype), {.backend = backend}, &bias);
+                const float expected[] = {0.5f, 7, 2, 16}; // a @ b, rows (1 2 3) and (4 5 6)
+                for (std::size_t i = 0; i < c.size(); ++i)
+                    BOOST_TEST_REQUIRE(c.flat(i) == one(expected[i % 4] + bias.flat(i % 2), dtype).flat(0),
+                                       dtype << " element " << i);
+            }
+    });
 }
 
 // The oneDNN route rounds as AVX512-BF16 does: a result below 2^-126 comes out as zero (vdpbf16ps

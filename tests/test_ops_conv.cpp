@@ -129,9 +129,12 @@ Tensor run(const conv_case& k, const Tensor& x, const Tensor& w, const std::opti
     return conv2d(x, w, b, o);
 }
 
-/// Every route, named: the default, and each backend forced.
-const std::vector<std::pair<ConvBackend, const char*>> backends{
-    {ConvBackend::automatic, "automatic"}, {ConvBackend::im2col, "im2col"}, {ConvBackend::onednn, "onednn"}};
+/// Every route, named: the default, each backend forced, and the one measured fastest.
+const std::vector<std::pair<ConvBackend, const char*>> backends{{ConvBackend::automatic, "automatic"},
+                                                                {ConvBackend::im2col, "im2col"},
+                                                                {ConvBackend::im2col_onednn, "im2col_onednn"},
+                                                                {ConvBackend::onednn, "onednn"},
+                                                                {ConvBackend::measured, "measured"}};
 
 using op_checks::throws_with;
 
@@ -292,6 +295,88 @@ BOOST_AUTO_TEST_CASE(conv2d_relu_is_relu_of_conv2d_bit_for_bit) {
                     }
                 }
     }
+}
+
+/// dx, dw, dbias and y of conv2d on `backend`, with the output gradient dy.
+std::vector<Tensor> conv_and_gradients(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
+                                       ConvBackend backend) {
+    const Conv2dOptions o{.padding = {1, 1}, .backend = backend};
+    GradientTape tape;
+    for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+    const Tensor y = conv2d(x, w, b, o);
+    std::vector<Tensor> out = tape.gradient(mul(y, dy), std::vector<Tensor>{x, w, b});
+    out.push_back(y);
+    return out;
+}
+
+bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (a[i].shape() != b[i].shape() || std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0) return false;
+    return a.size() == b.size();
+}
+
+/// The backend a line of measured_conv_routes() names for the pass and shape it starts with ("" if none).
+std::string measured_for(const std::string& start) {
+    for (const std::string& line : measured_conv_routes())
+        if (line.rfind(start, 0) == 0) {
+            const std::size_t from = line.find(": ") + 2;
+            return line.substr(from, line.find(',', from) - from);
+        }
+    return "";
+}
+
+// ConvBackend::measured times the routes once per pass and shape, lists its choice with each route's
+// time, and from then on gives the bits of the backend it chose, every call.
+BOOST_AUTO_TEST_CASE(measured_routes_are_listed_and_kept) {
+    const Shape xs{5, 3, 10, 11}, ws{4, 3, 3, 3};
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) BOOST_TEST_CONTEXT(name_of(dtype)) {
+            const Tensor x = random(xs, -1.0f, 1.0f, 700).to(dtype), w = random(ws, -1.0f, 1.0f, 701).to(dtype);
+            const Tensor b = random(Shape{4}, -0.5f, 0.5f, 702).to(dtype);
+            const Tensor dy = random(Shape{5, 4, 10, 11}, -1.0f, 1.0f, 703).to(dtype);
+            const auto first = conv_and_gradients(x, w, b, dy, ConvBackend::measured);
+            const std::string shape = " x (5, 3, 10, 11) w (4, 3, 3, 3) " + std::string(name_of(dtype)) +
+                                      " stride (1, 1) padding (1, 1) dilation (1, 1)";
+            const std::string forward = measured_for("forward" + shape), backward = measured_for("backward" + shape);
+            BOOST_TEST_REQUIRE(!forward.empty());
+            BOOST_TEST_REQUIRE(!backward.empty());
+            for (const std::string& line : measured_conv_routes())
+                if (line.find(shape) != std::string::npos) {
+                    BOOST_TEST_MESSAGE(line);
+                    BOOST_TEST(line.find("im2col ") != std::string::npos); // every route, with its time
+                    BOOST_TEST(line.find("onednn ") != std::string::npos);
+                    BOOST_TEST(line.find(" ms") != std::string::npos);
+                }
+            const std::size_t listed = measured_conv_routes().size();
+            BOOST_TEST(same_bits(conv_and_gradients(x, w, b, dy, ConvBackend::measured), first));
+            BOOST_TEST(measured_conv_routes().size() == listed); // measured once
+            // The forward's bits are those of the backend it chose, and so are the gradients' when the
+            // backward chose the same one.
+            const auto chosen = conv_and_gradients(x, w, b, dy, conv_backend_named(forward));
+            BOOST_TEST(std::memcmp(chosen[3].raw(), first[3].raw(), first[3].nbytes()) == 0);
+            if (forward == backward) BOOST_TEST(same_bits(chosen, first));
+        }
+}
+
+// Each backend's name gives the backend back; any other name is refused with the list of names.
+// ConvBackend::automatic follows set_conv_backend.
+BOOST_AUTO_TEST_CASE(conv_backends_by_name_and_for_the_process) {
+    for (ConvBackend b : {ConvBackend::automatic, ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn,
+                          ConvBackend::measured})
+        BOOST_TEST((conv_backend_named(name_of(b)) == b));
+    BOOST_TEST((throws_with<std::invalid_argument>([] { conv_backend_named("fastest"); },
+                                                   {"'fastest'", "im2col_onednn", "measured"})));
+
+    const Tensor x = random(Shape{4, 3, 9, 9}, -1.0f, 1.0f, 710), w = random(Shape{5, 3, 3, 3}, -1.0f, 1.0f, 711);
+    const Tensor b = random(Shape{5}, -0.5f, 0.5f, 712), dy = random(Shape{4, 5, 9, 9}, -1.0f, 1.0f, 713);
+    const ConvBackend before = conv_backend();
+    for (ConvBackend b2 : {ConvBackend::im2col_onednn, ConvBackend::onednn, ConvBackend::im2col})
+        BOOST_TEST_CONTEXT(name_of(b2)) {
+            set_conv_backend(b2);
+            BOOST_TEST((conv_backend() == b2));
+            BOOST_TEST(same_bits(conv_and_gradients(x, w, b, dy, ConvBackend::automatic),
+                                 conv_and_gradients(x, w, b, dy, b2)));
+        }
+    set_conv_backend(before);
 }
 
 BOOST_AUTO_TEST_CASE(conv2d_empty_batch) {

@@ -1,6 +1,7 @@
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
 
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/env_choice.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
@@ -8,7 +9,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace mixprec::autodiff {
@@ -19,6 +22,14 @@ namespace detail {
 constexpr std::size_t batch_split_below = std::size_t{1} << 18;
 
 void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
+    if (float32_gemm() == Float32Gemm::onednn) {
+        onednn_sgemm(s, a, b, c);
+    } else {
+        openblas_sgemm(s, a, b, c);
+    }
+}
+
+void openblas_sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
     const auto ta = s.transpose_a ? CblasTrans : CblasNoTrans;
     const auto tb = s.transpose_b ? CblasTrans : CblasNoTrans;
     const auto lda = static_cast<blasint>(s.transpose_a ? s.m : s.k);
@@ -187,6 +198,30 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
                   });
     return out;
 }
+
+namespace {
+
+/// The process's float32 GEMM library, read from MIXPREC_GEMM at first use.
+std::atomic<Float32Gemm>& process_gemm() {
+    static std::atomic<Float32Gemm> library{
+        detail::env_choice("MIXPREC_GEMM", Float32Gemm::openblas, float32_gemm_named)};
+    return library;
+}
+
+} // namespace
+
+std::string_view name_of(Float32Gemm library) { return library == Float32Gemm::onednn ? "onednn" : "openblas"; }
+
+Float32Gemm float32_gemm_named(std::string_view name) {
+    if (name == "openblas") return Float32Gemm::openblas;
+    if (name == "onednn") return Float32Gemm::onednn;
+    throw std::invalid_argument("no float32 GEMM library is called '" + std::string(name) +
+                                "' (the libraries: openblas, onednn)");
+}
+
+Float32Gemm float32_gemm() { return process_gemm().load(std::memory_order_relaxed); }
+
+void set_float32_gemm(Float32Gemm library) { process_gemm().store(library, std::memory_order_relaxed); }
 
 void set_blas_threads(int threads) {
     if (threads < 1)

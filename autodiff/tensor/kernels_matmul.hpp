@@ -7,8 +7,9 @@
 ///   a (B, m, k) @ b (k, n)    -> (B, m, n)      one b for every batch (a Dense layer over a sequence)
 /// with `transpose_a` / `transpose_b` applying to the last two axes of the stored operand.
 ///
-/// float32 goes straight to OpenBLAS sgemm. float16, cbfloat16 and FP8 operands are widened to float32
-/// with the conversion kernels, multiplied by sgemm, and the product is rounded once. bfloat16 goes to
+/// float32 goes straight to sgemm (OpenBLAS's, or oneDNN's: Float32Gemm below). float16, cbfloat16 and
+/// FP8 operands are widened to float32 with the conversion kernels, multiplied by sgemm, and the product
+/// is rounded once. bfloat16 goes to
 /// oneDNN's matmul at the avx512_bf16 instruction-set level and above (isa.hpp), else the sgemm route.
 /// oneDNN multiplies with vdpbf16ps (or AMX's tdpbf16ps where the CPU has AMX and MIXPREC_ISA does not cap
 /// it; products of bfloat16 are exact in float32, sums in float32), adds the bias and rounds once to
@@ -23,13 +24,14 @@
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <optional>
+#include <string_view>
 
 namespace mixprec::autodiff {
 
 /// Which library multiplies bfloat16 operands (other dtypes always use sgemm).
 enum class MatmulBackend : unsigned char {
     automatic, ///< oneDNN at the avx512_bf16 level and above, else sgemm
-    sgemm,     ///< widen to float32, OpenBLAS sgemm
+    sgemm,     ///< widen to float32, sgemm (the process's Float32Gemm)
     onednn,    ///< oneDNN bf16 matmul (invalid_argument for other dtypes)
 };
 
@@ -56,5 +58,20 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {}, cons
 
 /// Sets the threads OpenBLAS and oneDNN use (both, so they never oversubscribe the cores).
 void set_blas_threads(int threads);
+
+/// The library behind the float32 products of matmul (every dtype but bfloat16 on oneDNN's bfloat16
+/// route): OpenBLAS's sgemm or oneDNN's. Both sum in float32 within the bound above, in different
+/// orders, so they differ in their last bits. OpenBLAS's kernels follow the CPU model and ignore
+/// MIXPREC_ISA; oneDNN's follow MIXPREC_ISA, so with it a run's digest changes with the level.
+enum class Float32Gemm : unsigned char { openblas, onednn };
+
+/// "openblas" or "onednn".
+std::string_view name_of(Float32Gemm library);
+/// The library of that name; std::invalid_argument naming the choices for any other.
+Float32Gemm float32_gemm_named(std::string_view name);
+/// This process's library: at first MIXPREC_GEMM's when that is set, else openblas. set_float32_gemm
+/// changes it (for every thread; no product may run meanwhile).
+Float32Gemm float32_gemm();
+void set_float32_gemm(Float32Gemm library);
 
 } // namespace mixprec::autodiff

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -92,6 +93,21 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void*
     if (with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, engine(), const_cast<void*>(bias)));
     p.primitive.execute(stream, args);
     stream.wait();
+}
+
+void onednn_sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
+    onednn_engine(); // caps oneDNN if MIXPREC_ISA named a level, before its first kernel
+    const auto m = static_cast<dnnl_dim_t>(s.m), n = static_cast<dnnl_dim_t>(s.n), k = static_cast<dnnl_dim_t>(s.k);
+    for (std::size_t i = 0; i < s.batch; ++i) {
+        const dnnl_status_t status =
+            dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', m, n, k, 1.0f, a + i * s.m * s.k,
+                       s.transpose_a ? m : k, b + (s.batched_b ? i * s.k * s.n : 0), s.transpose_b ? k : n, 0.0f,
+                       c + i * s.m * s.n, n);
+        if (status != dnnl_success)
+            throw std::runtime_error("oneDNN's sgemm failed for a (" + std::to_string(s.m) + ", " +
+                                     std::to_string(s.k) + ") by (" + std::to_string(s.k) + ", " + std::to_string(s.n) +
+                                     ") product (status " + std::to_string(status) + ")");
+    }
 }
 
 void onednn_set_threads(int threads) { omp_set_num_threads(threads); }

@@ -272,6 +272,8 @@ int run(const train::Options& o, const World& world) {
         return 2;
     }
     if (o.threads > 0) autodiff::set_blas_threads(o.threads);
+    if (!o.conv_route.empty()) autodiff::set_conv_backend(autodiff::conv_backend_named(o.conv_route));
+    if (!o.gemm.empty()) autodiff::set_float32_gemm(autodiff::float32_gemm_named(o.gemm));
     // Ranks sharing a host share its cores (mpirun binds each of a few ranks to its own core already).
     if (o.threads == 0 && world.local_size > 1)
         autodiff::set_blas_threads(
@@ -379,6 +381,11 @@ int run(const train::Options& o, const World& world) {
     }
     if (world.root()) write_outputs(o, model, data);
     print_summary(logger.summary(), completed && !terminate.terminated());
+    const std::vector<std::string> routes = autodiff::measured_conv_routes();
+    if (!routes.empty() && !o.quiet) {
+        std::printf("Convolution routes measured on this CPU:\n");
+        for (const std::string& line : routes) std::printf("  %s\n", line.c_str());
+    }
     return terminate.terminated() ? 1 : 0;
 }
 
@@ -407,8 +414,13 @@ int main(int argc, char** argv) {
     std::cerr.rdbuf(cerr_buffer);
     if (const int* code = std::get_if<int>(&parsed)) return *code;
     try {
-        autodiff::isa(); // a bad MIXPREC_ISA is a usage error, reported before any work
+        autodiff::isa();          // a bad MIXPREC_ISA is a usage error, reported before any work
+        autodiff::conv_backend(); // and so are a bad MIXPREC_CONV_ROUTE and MIXPREC_GEMM
+        autodiff::float32_gemm();
     } catch (const autodiff::isa_error& e) {
+        std::cerr << "mixprec-train: " << e.what() << '\n';
+        return 2;
+    } catch (const std::invalid_argument& e) {
         std::cerr << "mixprec-train: " << e.what() << '\n';
         return 2;
     }

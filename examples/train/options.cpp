@@ -345,6 +345,15 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     app.add_option("--threads", o.threads,
                    "Threads (0: every core other processes leave free, measured as training runs)")
         ->check(CLI::Range(0, 1024));
+    app.add_option("--conv-route", o.conv_route,
+                   "How convolutions run: automatic (a fixed rule; the same bits at every instruction-set level), "
+                   "im2col, im2col_onednn, onednn, or measured (each timed on this CPU at its first use and the "
+                   "fastest kept, so the bits rest on the timings). Default: MIXPREC_CONV_ROUTE, else automatic")
+        ->check(CLI::IsMember({"automatic", "im2col", "im2col_onednn", "onednn", "measured"}));
+    app.add_option("--gemm", o.gemm,
+                   "The library of float32 matrix products: openblas (its kernels follow the CPU model only) or "
+                   "onednn (its kernels follow MIXPREC_ISA too). Default: MIXPREC_GEMM, else openblas")
+        ->check(CLI::IsMember({"openblas", "onednn"}));
     std::string inject;
     app.add_option("--inject-nonfinite", inject, "Comma-separated steps whose gradients get an inf, to test skipping");
     CLI::Option* inject_rank =

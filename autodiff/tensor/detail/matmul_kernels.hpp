@@ -12,7 +12,13 @@ struct gemm_shape {
     bool transpose_a, transpose_b, batched_b;
 };
 
+/// c = op(a) op(b) by the process's float32 GEMM library (float32_gemm(), kernels_matmul.hpp).
 void sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
+/// The same product by OpenBLAS's sgemm.
+void openblas_sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
+/// The same product by oneDNN's sgemm (its own blocking and kernels, so other bits than OpenBLAS's); one
+/// product after another, each serial inside a parallel region as OpenBLAS's are.
+void onednn_sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
 
 /// True at the avx512_bf16 level and above, where bfloat16 products and convolutions go to oneDNN.
 bool onednn_bf16_available();
