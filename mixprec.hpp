@@ -26,6 +26,7 @@
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
 #include <mixprec/autodiff/tensor/kernels_mx.hpp>
 #include <mixprec/autodiff/tensor/kernels_quantize.hpp>
+#include <mixprec/autodiff/tensor/measured.hpp>
 #include <mixprec/autodiff/tensor/mx.hpp>
 #include <mixprec/autodiff/tensor/rng.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>

@@ -1,10 +1,10 @@
 #include <mixprec/autodiff/ops_conv.hpp>
 
-#include <mixprec/autodiff/detail/conv_routes.hpp>
 #include <mixprec/autodiff/detail/fp8_cast.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/fastest.hpp>
 #include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
@@ -502,46 +502,24 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     return result;
 }
 
-/// run(r) on the route measured for this pass, shape and dtype: at the first call, each named backend's
-/// route (those that differ) once untimed and three times timed, interleaved, keeping the fastest and
-/// returning its result.
+/// run(r) on the route measured for this pass, shape and dtype (the first call measures each named
+/// backend's route, those that differ: detail::run_fastest).
 template <class Run>
 auto run_measured(const std::string& pass, const geometry& g, Dtype dtype, Run run) {
     const auto& o = g.opt;
-    const std::string key = pass + " x " + Shape{g.n, g.c, g.h, g.w}.to_string() + " w " +
+    const std::string key = "conv2d " + pass + " x " + Shape{g.n, g.c, g.h, g.w}.to_string() + " w " +
                             Shape{g.o, g.c, g.kh, g.kw}.to_string() + " " + std::string(name_of(dtype)) + " stride " +
                             pair_text(o.stride) + " padding " + pair_text(o.padding) + " dilation " +
                             pair_text(o.dilation);
-    if (const auto chosen = detail::measured_choice(key)) return run(route_of(g, dtype, *chosen));
-    std::vector<ConvBackend> backends;
+    std::vector<std::string_view> names;
     std::vector<route> routes;
     for (ConvBackend b : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn}) {
         const route r = route_of(g, dtype, b);
         if (std::find(routes.begin(), routes.end(), r) != routes.end()) continue;
-        backends.push_back(b);
+        names.push_back(name_of(b));
         routes.push_back(r);
     }
-    using result = decltype(run(routes[0]));
-    std::vector<std::optional<result>> last(routes.size());
-    for (std::size_t i = 0; i < routes.size(); ++i) last[i] = run(routes[i]); // untimed: first touches, JIT
-    std::vector<double> best(routes.size(), std::numeric_limits<double>::infinity());
-    for (int repeat = 0; repeat < 3; ++repeat)
-        for (std::size_t i = 0; i < routes.size(); ++i) { // interleaved: a slow moment of the machine hits all
-            const auto start = std::chrono::steady_clock::now();
-            last[i] = run(routes[i]);
-            const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
-            best[i] = std::min(best[i], took.count());
-        }
-    const auto win = static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin());
-    std::string line = key + ": " + std::string(name_of(backends[win])) + ", best of 3:";
-    for (std::size_t i = 0; i < routes.size(); ++i) {
-        std::array<char, 32> ms{};
-        std::snprintf(ms.data(), ms.size(), " %.3g ms", best[i]);
-        line += (i ? ", " : " ") + std::string(name_of(backends[i])) + ms.data();
-    }
-    const ConvBackend kept = detail::record_measured_choice(key, backends[win], std::move(line));
-    if (kept == backends[win]) return std::move(*last[win]);
-    return run(route_of(g, dtype, kept)); // another thread chose first
+    return detail::run_fastest(key, names, [&](std::size_t i) { return run(routes[i]); });
 }
 
 /// Records y = conv(x, w, bias) on the tape when it wants it, with its backward `grads`.

@@ -39,11 +39,12 @@ enum class ConvBackend : unsigned char {
     im2col,        ///< im2col and an OpenBLAS GEMM per chunk of the batch
     im2col_onednn, ///< im2col and a oneDNN GEMM per chunk of the batch
     onednn,        ///< oneDNN's convolution primitives
-    /// Each route in turn, once to warm up and three times timed, at the first forward pass of each shape
-    /// and dtype (and again at its first backward pass), keeping the fastest for the rest of the process:
+    /// Each route in turn, once to warm up and three times timed (rounding telemetry paused), at the first
+    /// forward pass of each shape and dtype (and again at its first backward pass), keeping the fastest
+    /// for the rest of the process:
     /// like cuDNN's benchmark mode. The choice rests on timings, so two runs may choose differently and
     /// then differ in their bits; pin a route where a run must repeat bit for bit (resuming from a
-    /// checkpoint included). measured_conv_routes() lists the choices.
+    /// checkpoint included). measured_choices() (tensor/measured.hpp) lists the choices.
     measured,
 };
 
@@ -57,11 +58,6 @@ ConvBackend conv_backend_named(std::string_view name);
 /// every thread; no convolution may run meanwhile).
 ConvBackend conv_backend();
 void set_conv_backend(ConvBackend backend);
-
-/// What ConvBackend::measured chose so far, a line per pass and shape, in the order chosen, e.g.
-/// "forward x (128, 32, 13, 13) w (64, 32, 3, 3) float32 stride (1, 1) padding (0, 0) dilation (1, 1):
-/// im2col_onednn, best of 3: im2col 4.79 ms, im2col_onednn 4.18 ms, onednn 4.52 ms".
-std::vector<std::string> measured_conv_routes();
 
 struct Conv2dOptions {
     std::array<std::size_t, 2> stride{1, 1};   ///< (rows, columns), each ≥ 1

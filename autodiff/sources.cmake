@@ -17,6 +17,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/kernels_mx.cpp
   autodiff/tensor/matmul_onednn.cpp
   autodiff/tensor/core_share.cpp
+  autodiff/tensor/measured.cpp
   autodiff/tape.cpp
   autodiff/variable.cpp
   autodiff/ops_elementwise.cpp

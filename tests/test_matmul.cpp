@@ -6,6 +6,7 @@
 #include "error_bounds.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 using namespace mixprec::autodiff;
@@ -90,7 +91,8 @@ BOOST_AUTO_TEST_CASE(exact_small_products) {
 template <class F>
 void with_each_library(F f) {
     const Float32Gemm before = float32_gemm();
-    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn}) BOOST_TEST_CONTEXT(name_of(library)) {
+    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn, Float32Gemm::measured})
+        BOOST_TEST_CONTEXT(name_of(library)) {
             set_float32_gemm(library);
             f();
         }
@@ -122,12 +124,47 @@ BOOST_AUTO_TEST_CASE(random_products_match_float64) {
 
 // Each library's name gives it back; any other name is refused with the choices.
 BOOST_AUTO_TEST_CASE(float32_gemm_libraries_by_name) {
-    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn})
+    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn, Float32Gemm::measured})
         BOOST_TEST((float32_gemm_named(name_of(library)) == library));
     BOOST_CHECK_EXCEPTION(float32_gemm_named("mkl"), std::invalid_argument, [](const std::invalid_argument& e) {
         const std::string m = e.what();
-        return m.find("'mkl'") != std::string::npos && m.find("openblas, onednn") != std::string::npos;
+        return m.find("'mkl'") != std::string::npos && m.find("openblas, onednn, measured") != std::string::npos;
     });
+}
+
+// Float32Gemm::measured times both libraries once per shape, lists its choice with both times, gives the
+// bits of the library it chose from then on, and counts the product's roundings once (not once per trial).
+BOOST_AUTO_TEST_CASE(measured_products_are_listed_and_kept) {
+    const Float32Gemm before = float32_gemm();
+    set_float32_gemm(Float32Gemm::measured);
+    const Tensor a = random_tensor(Shape{41, 29}, Dtype::float16, 95),
+                 b = random_tensor(Shape{29, 23}, Dtype::float16, 96);
+    RoundingStats counted;
+    Tensor first;
+    {
+        RoundingRecorder recorder;
+        first = kernels::matmul(a, b);
+        counted = recorder.total();
+    }
+    BOOST_TEST(counted.count == first.size());
+    std::string chosen;
+    for (const std::string& line : measured_choices())
+        if (line.rfind("matmul (41, 29) @ (29, 23) float16: ", 0) == 0) {
+            BOOST_TEST_MESSAGE(line);
+            BOOST_TEST(line.find("openblas ") != std::string::npos);
+            BOOST_TEST(line.find("onednn ") != std::string::npos);
+            const std::size_t from = line.find(": ") + 2;
+            chosen = line.substr(from, line.find(',', from) - from);
+        }
+    BOOST_TEST_REQUIRE(!chosen.empty());
+    const std::size_t listed = measured_choices().size();
+    const auto same = [&](const Tensor& t) { return std::memcmp(t.raw(), first.raw(), first.nbytes()) == 0; };
+    BOOST_TEST(same(kernels::matmul(a, b)));
+    BOOST_TEST(measured_choices().size() == listed);
+    set_float32_gemm(float32_gemm_named(chosen));
+    BOOST_TEST(same(kernels::matmul(a, b)));
+    set_float32_gemm(before);
+    check_product(a, b, first, {});
 }
 
 // The two bfloat16 backends compute the same products (up to float32 summation order).

@@ -315,9 +315,9 @@ bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
     return a.size() == b.size();
 }
 
-/// The backend a line of measured_conv_routes() names for the pass and shape it starts with ("" if none).
+/// The backend a line of measured_choices() names for the pass and shape it starts with ("" if none).
 std::string measured_for(const std::string& start) {
-    for (const std::string& line : measured_conv_routes())
+    for (const std::string& line : measured_choices())
         if (line.rfind(start, 0) == 0) {
             const std::size_t from = line.find(": ") + 2;
             return line.substr(from, line.find(',', from) - from);
@@ -333,22 +333,32 @@ BOOST_AUTO_TEST_CASE(measured_routes_are_listed_and_kept) {
             const Tensor x = random(xs, -1.0f, 1.0f, 700).to(dtype), w = random(ws, -1.0f, 1.0f, 701).to(dtype);
             const Tensor b = random(Shape{4}, -0.5f, 0.5f, 702).to(dtype);
             const Tensor dy = random(Shape{5, 4, 10, 11}, -1.0f, 1.0f, 703).to(dtype);
-            const auto first = conv_and_gradients(x, w, b, dy, ConvBackend::measured);
+            // The roundings of the first call count once, as on a named route (the trials are not counted).
+            const auto counted = [&](ConvBackend backend, std::vector<Tensor>& out) {
+                RoundingRecorder recorder;
+                out = conv_and_gradients(x, w, b, dy, backend);
+                return recorder.total().count;
+            };
+            std::vector<Tensor> first, pinned;
+            const std::uint64_t measured_count = counted(ConvBackend::measured, first);
+            BOOST_TEST(measured_count == counted(ConvBackend::im2col, pinned));
+            if (dtype != Dtype::float32) BOOST_TEST(measured_count > 0u);
             const std::string shape = " x (5, 3, 10, 11) w (4, 3, 3, 3) " + std::string(name_of(dtype)) +
                                       " stride (1, 1) padding (1, 1) dilation (1, 1)";
-            const std::string forward = measured_for("forward" + shape), backward = measured_for("backward" + shape);
+            const std::string forward = measured_for("conv2d forward" + shape),
+                              backward = measured_for("conv2d backward" + shape);
             BOOST_TEST_REQUIRE(!forward.empty());
             BOOST_TEST_REQUIRE(!backward.empty());
-            for (const std::string& line : measured_conv_routes())
+            for (const std::string& line : measured_choices())
                 if (line.find(shape) != std::string::npos) {
                     BOOST_TEST_MESSAGE(line);
                     BOOST_TEST(line.find("im2col ") != std::string::npos); // every route, with its time
                     BOOST_TEST(line.find("onednn ") != std::string::npos);
                     BOOST_TEST(line.find(" ms") != std::string::npos);
                 }
-            const std::size_t listed = measured_conv_routes().size();
+            const std::size_t listed = measured_choices().size();
             BOOST_TEST(same_bits(conv_and_gradients(x, w, b, dy, ConvBackend::measured), first));
-            BOOST_TEST(measured_conv_routes().size() == listed); // measured once
+            BOOST_TEST(measured_choices().size() == listed); // measured once
             // The forward's bits are those of the backend it chose, and so are the gradients' when the
             // backward chose the same one.
             const auto chosen = conv_and_gradients(x, w, b, dy, conv_backend_named(forward));

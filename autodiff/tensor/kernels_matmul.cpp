@@ -1,12 +1,14 @@
 #include <mixprec/autodiff/tensor/kernels_matmul.hpp>
 
 #include <mixprec/autodiff/tensor/convert.hpp>
-#include <mixprec/autodiff/tensor/detail/env_choice.hpp>
+#include <mixprec/autodiff/tensor/detail/fastest.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/named_choice.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,8 +23,8 @@ namespace detail {
 /// thread at a time; larger ones run one after the other on OpenBLAS's own threads.
 constexpr std::size_t batch_split_below = std::size_t{1} << 18;
 
-void sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {
-    if (float32_gemm() == Float32Gemm::onednn) {
+void sgemm(const gemm_shape& s, const float* a, const float* b, float* c, bool onednn) {
+    if (onednn) {
         onednn_sgemm(s, a, b, c);
     } else {
         openblas_sgemm(s, a, b, c);
@@ -112,7 +114,7 @@ void finish_rows(float* c, float alpha, const float* bias, Tensor& out, std::siz
 /// Rows [r0, r1) of a product whose batches stack into one matrix of rows (a not transposed, one b):
 /// those rows of a widened, one sgemm against the widened b, then finish_rows.
 void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, float alpha, const float* bias,
-                  Tensor& out, std::size_t r0, std::size_t r1, RoundingBatch& rounding) {
+                  Tensor& out, std::size_t r0, std::size_t r1, RoundingBatch& rounding, bool onednn) {
     thread_local std::vector<float> wa, wc;
     const std::size_t rows = r1 - r0, width = size_of(a.dtype());
     const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
@@ -122,7 +124,7 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
         pa = wa.data();
     }
     float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
-    detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c);
+    detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c, onednn);
     finish_rows(c, alpha, bias, out, s.n, r0, r1, rounding);
 }
 
@@ -131,6 +133,35 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
 /// rounding its rows of the result. OpenBLAS's own threading costs more than such a product is worth
 /// (at 128x512x10 splitting by rows takes about half the time); larger products go to it.
 constexpr std::size_t row_split_below = std::size_t{1} << 21;
+
+/// The product of a and b as matmul makes it on the sgemm route (OpenBLAS's, or oneDNN's with `onednn`):
+/// widened operands, float32 sums, then alpha, the bias and one rounding into a new `shape`, `dtype` tensor.
+Tensor sgemm_route(const detail::gemm_shape& s, const Tensor& a, const Tensor& b, float alpha, const float* add,
+                   const Shape& shape, Dtype dtype, bool onednn) {
+    Tensor out = Tensor::uninitialized(shape, dtype);
+    thread_local std::vector<float> wa, wb, wc;
+    const std::size_t rows = s.batch * s.m;
+    RoundingBatch rounding(out);
+    if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
+        const float* pb = as_float32(b, wb);
+        detail::split(rows, 16, [&](std::size_t r0, std::size_t r1) {
+            product_rows(s, a, pb, alpha, add, out, r0, r1, rounding, onednn);
+        });
+        return out;
+    }
+    float* c = float32_product(out, 0, out.size(), wc);
+    if (s.k == 0) {
+        std::fill(c, c + out.size(), 0.0f);
+    } else {
+        detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c, onednn);
+    }
+    if (alpha == 1.0f && add == nullptr && dtype == Dtype::float32) return out; // nothing to finish
+    // the scale, the bias and the rounding on every thread (elementwise: the same bits however split)
+    detail::split(
+        rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(s.n, 1)),
+        [&](std::size_t r0, std::size_t r1) { finish_rows(c + r0 * s.n, alpha, add, out, s.n, r0, r1, rounding); });
+    return out;
+}
 
 } // namespace
 
@@ -155,8 +186,8 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
             throw shape_error("matmul: bias " + bias->shape().to_string() + " does not match the " +
                               std::to_string(db.cols) + " output columns of " + shapes_of(a, b, options));
     }
-    Tensor out = Tensor::uninitialized(da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n}, out_dtype);
-    if (out.size() == 0) return out;
+    const Shape shape = da.batched ? Shape{s.batch, s.m, s.n} : Shape{s.m, s.n};
+    if (shape.elements() == 0) return Tensor::uninitialized(shape, out_dtype);
 
     const bool bf16_only = a.dtype() == Dtype::bfloat16 && b.dtype() == Dtype::bfloat16 &&
                            out_dtype == Dtype::bfloat16 && options.alpha == 1.0f;
@@ -169,37 +200,32 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
                       (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
 
     if (use_onednn && s.k != 0) { // oneDNN adds the bias and rounds (see the header)
+        Tensor out = Tensor::uninitialized(shape, out_dtype);
         detail::onednn_matmul_bf16(s, a.raw(), b.raw(), out.raw(), true, bias != nullptr ? bias->raw() : nullptr);
         return out;
     }
-    thread_local std::vector<float> wa, wb, wc;
     const std::vector<float> bias_floats = bias != nullptr ? bias->to_floats() : std::vector<float>{};
     const float* add = bias != nullptr ? bias_floats.data() : nullptr;
-    const std::size_t rows = s.batch * s.m;
-    RoundingBatch rounding(out);
-    if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
-        const float* pb = as_float32(b, wb);
-        detail::split(rows, 16, [&](std::size_t r0, std::size_t r1) {
-            product_rows(s, a, pb, options.alpha, add, out, r0, r1, rounding);
-        });
-        return out;
-    }
-    float* c = float32_product(out, 0, out.size(), wc);
-    if (s.k == 0) {
-        std::fill(c, c + out.size(), 0.0f);
-    } else {
-        detail::sgemm(s, as_float32(a, wa), as_float32(b, wb), c);
-    }
-    if (options.alpha == 1.0f && add == nullptr && out_dtype == Dtype::float32) return out; // nothing to finish
-    // the scale, the bias and the rounding on every thread (elementwise: the same bits however split)
-    detail::split(rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(s.n, 1)),
-                  [&](std::size_t r0, std::size_t r1) {
-                      finish_rows(c + r0 * s.n, options.alpha, add, out, s.n, r0, r1, rounding);
-                  });
-    return out;
+    const auto product = [&](bool onednn) {
+        return sgemm_route(s, a, b, options.alpha, add, shape, out_dtype, onednn);
+    };
+    const Float32Gemm library = float32_gemm();
+    // Measured at the first product of each shape, outside parallel regions (a pause of the rounding
+    // telemetry is made and ended on one thread); OpenBLAS inside them.
+    if (library != Float32Gemm::measured) return product(library == Float32Gemm::onednn);
+    if (omp_in_parallel()) return product(false);
+    const std::string key = "matmul " + shapes_of(a, b, options) + " " + std::string(name_of(a.dtype())) +
+                            (a.dtype() != b.dtype() || out_dtype != a.dtype()
+                                 ? " by " + std::string(name_of(b.dtype())) + " to " + std::string(name_of(out_dtype))
+                                 : "");
+    return detail::run_fastest(key, {name_of(Float32Gemm::openblas), name_of(Float32Gemm::onednn)},
+                               [&](std::size_t i) { return product(i == 1); });
 }
 
 namespace {
+
+constexpr detail::name_table<Float32Gemm, 3> gemm_names{
+    {{Float32Gemm::openblas, "openblas"}, {Float32Gemm::onednn, "onednn"}, {Float32Gemm::measured, "measured"}}};
 
 /// The process's float32 GEMM library, read from MIXPREC_GEMM at first use.
 std::atomic<Float32Gemm>& process_gemm() {
@@ -210,13 +236,10 @@ std::atomic<Float32Gemm>& process_gemm() {
 
 } // namespace
 
-std::string_view name_of(Float32Gemm library) { return library == Float32Gemm::onednn ? "onednn" : "openblas"; }
+std::string_view name_of(Float32Gemm library) { return detail::name_in(gemm_names, library); }
 
 Float32Gemm float32_gemm_named(std::string_view name) {
-    if (name == "openblas") return Float32Gemm::openblas;
-    if (name == "onednn") return Float32Gemm::onednn;
-    throw std::invalid_argument("no float32 GEMM library is called '" + std::string(name) +
-                                "' (the libraries: openblas, onednn)");
+    return detail::named_in(gemm_names, name, "float32 GEMM library");
 }
 
 Float32Gemm float32_gemm() { return process_gemm().load(std::memory_order_relaxed); }

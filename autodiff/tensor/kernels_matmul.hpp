@@ -63,9 +63,17 @@ void set_blas_threads(int threads);
 /// route): OpenBLAS's sgemm or oneDNN's. Both sum in float32 within the bound above, in different
 /// orders, so they differ in their last bits. OpenBLAS's kernels follow the CPU model and ignore
 /// MIXPREC_ISA; oneDNN's follow MIXPREC_ISA, so with it a run's digest changes with the level.
-enum class Float32Gemm : unsigned char { openblas, onednn };
+enum class Float32Gemm : unsigned char {
+    openblas,
+    onednn,
+    /// Both, at the first product of each shape and dtypes (once untimed, three times timed), keeping the
+    /// faster for the rest of the process (measured_choices(), measured.hpp, lists them). Products inside a
+    /// parallel region take OpenBLAS. The choice rests on timings, so two runs may choose differently and
+    /// then differ in their bits: pin a library where a run must repeat bit for bit.
+    measured,
+};
 
-/// "openblas" or "onednn".
+/// "openblas", "onednn" or "measured".
 std::string_view name_of(Float32Gemm library);
 /// The library of that name; std::invalid_argument naming the choices for any other.
 Float32Gemm float32_gemm_named(std::string_view name);

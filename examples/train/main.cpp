@@ -381,10 +381,10 @@ int run(const train::Options& o, const World& world) {
     }
     if (world.root()) write_outputs(o, model, data);
     print_summary(logger.summary(), completed && !terminate.terminated());
-    const std::vector<std::string> routes = autodiff::measured_conv_routes();
-    if (!routes.empty() && !o.quiet) {
-        std::printf("Convolution routes measured on this CPU:\n");
-        for (const std::string& line : routes) std::printf("  %s\n", line.c_str());
+    const std::vector<std::string> chosen = autodiff::measured_choices();
+    if (!chosen.empty() && !o.quiet) {
+        std::printf("Chosen by measurement on this CPU:\n");
+        for (const std::string& line : chosen) std::printf("  %s\n", line.c_str());
     }
     return terminate.terminated() ? 1 : 0;
 }

@@ -351,9 +351,11 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "fastest kept, so the bits rest on the timings). Default: MIXPREC_CONV_ROUTE, else automatic")
         ->check(CLI::IsMember({"automatic", "im2col", "im2col_onednn", "onednn", "measured"}));
     app.add_option("--gemm", o.gemm,
-                   "The library of float32 matrix products: openblas (its kernels follow the CPU model only) or "
-                   "onednn (its kernels follow MIXPREC_ISA too). Default: MIXPREC_GEMM, else openblas")
-        ->check(CLI::IsMember({"openblas", "onednn"}));
+                   "The library of float32 matrix products: openblas (its kernels follow the CPU model only), "
+                   "onednn (its kernels follow MIXPREC_ISA too), or measured (both timed at each shape's first "
+                   "product and the faster kept, so the bits rest on the timings). Default: MIXPREC_GEMM, else "
+                   "openblas")
+        ->check(CLI::IsMember({"openblas", "onednn", "measured"}));
     std::string inject;
     app.add_option("--inject-nonfinite", inject, "Comma-separated steps whose gradients get an inf, to test skipping");
     CLI::Option* inject_rank =

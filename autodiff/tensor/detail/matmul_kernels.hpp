@@ -12,8 +12,8 @@ struct gemm_shape {
     bool transpose_a, transpose_b, batched_b;
 };
 
-/// c = op(a) op(b) by the process's float32 GEMM library (float32_gemm(), kernels_matmul.hpp).
-void sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
+/// c = op(a) op(b) by OpenBLAS's sgemm, or oneDNN's with `onednn`.
+void sgemm(const gemm_shape& s, const float* a, const float* b, float* c, bool onednn);
 /// The same product by OpenBLAS's sgemm.
 void openblas_sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
 /// The same product by oneDNN's sgemm (its own blocking and kernels, so other bits than OpenBLAS's); one
