@@ -15,9 +15,7 @@ constexpr detail::name_table<ConvBackend, 5> names{{{ConvBackend::automatic, "au
 
 /// The process's route for ConvBackend::automatic, read from MIXPREC_CONV_ROUTE at first use.
 std::atomic<ConvBackend>& process_backend() {
-    static std::atomic<ConvBackend> backend{
-        detail::env_choice("MIXPREC_CONV_ROUTE", ConvBackend::automatic, conv_backend_named)};
-    return backend;
+    return detail::process_choice("MIXPREC_CONV_ROUTE", ConvBackend::automatic, conv_backend_named);
 }
 
 } // namespace

@@ -229,9 +229,7 @@ constexpr detail::name_table<Float32Gemm, 3> gemm_names{
 
 /// The process's float32 GEMM library, read from MIXPREC_GEMM at first use.
 std::atomic<Float32Gemm>& process_gemm() {
-    static std::atomic<Float32Gemm> library{
-        detail::env_choice("MIXPREC_GEMM", Float32Gemm::openblas, float32_gemm_named)};
-    return library;
+    return detail::process_choice("MIXPREC_GEMM", Float32Gemm::openblas, float32_gemm_named);
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 // a process-wide choice read from an environment variable at first use (MIXPREC_GEMM, MIXPREC_CONV_ROUTE).
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <stdexcept>
@@ -47,6 +48,13 @@ T env_choice(const char* variable, T fallback, Named named) {
     } catch (const std::invalid_argument& error) {
         throw std::invalid_argument(std::string(variable) + ": " + error.what());
     }
+}
+
+/// The process's choice of T: env_choice's at first use, then whatever is stored (one per T).
+template <class T, class Named>
+std::atomic<T>& process_choice(const char* variable, T fallback, Named named) {
+    static std::atomic<T> choice{env_choice(variable, fallback, named)};
+    return choice;
 }
 
 } // namespace mixprec::autodiff::detail
