@@ -53,6 +53,7 @@
 #include <mixprec/models/data/dataset.hpp>
 #include <mixprec/models/data/fashion_mnist.hpp>
 #include <mixprec/models/io/checkpoint.hpp>
+#include <mixprec/models/io/measured_choices.hpp>
 #include <mixprec/models/io/npy.hpp>
 #include <mixprec/models/io/npz.hpp>
 #include <mixprec/models/io/safetensors.hpp>

@@ -17,6 +17,7 @@ target_sources(mixprec PRIVATE
   models/data/array_dataset.cpp
   models/io/checkpoint.cpp
   models/io/files.cpp
+  models/io/measured_choices.cpp
   models/io/npy.cpp
   models/io/npz.cpp
   models/io/safetensors.cpp

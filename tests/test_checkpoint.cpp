@@ -891,8 +891,10 @@ BOOST_AUTO_TEST_CASE(loss_scale_values_are_checked) {
         reseal(b);
         BOOST_TEST(refused_with(target, b, {"optimizer state version", "3 is not one this mixprec reads (1 to 2)"}));
     }
-    // The training state ends the body: version, 3 x i64, 3 Rngs (version and 4 x u64 each), double, 2 x i64.
-    const std::size_t state_at = bytes.size() - crc_size - (4 + 24 + 3 * 36 + 8 + 16);
+    // The training state comes last but for the measured choices (none here, a count of 0): version, 3 x i64,
+    // 3 Rngs (version and 4 x u64 each), double, 2 x i64.
+    BOOST_REQUIRE(get<std::uint64_t>(bytes, bytes.size() - crc_size - 8) == 0u);
+    const std::size_t state_at = bytes.size() - crc_size - 8 - (4 + 24 + 3 * 36 + 8 + 16);
     BOOST_REQUIRE(get<std::uint64_t>(bytes, state_at + 4 + 8) == 2u); // the step
     auto b = bytes;
     put<std::uint64_t>(b, state_at + 4 + 8, 99); // the training state's step disagrees with the header
@@ -953,12 +955,20 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_format_2_still_loads) {
     check_fixture_loads(file);
 }
 
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_format_3_still_loads) {
+    const fs::path file = fs::path(MIXPREC_FIXTURES) / "checkpoint_format3.ckpt";
+    BOOST_TEST(models::read_checkpoint_info(file).format_version == 3u);
+    check_fixture_loads(file);
+}
+
 namespace {
 
 /// A checkpoint of `run` with `optimizer` as given (its slots numbered as format `version` numbers them)
-/// under format `version`, written by hand as save_checkpoint writes it: files of older formats.
+/// and, from format 4 on, `choices`, under format `version`, written by hand as save_checkpoint writes it:
+/// files of older formats.
 std::vector<std::uint8_t> hand_made_checkpoint(std::uint32_t version, const Run& run,
-                                               const optim::OptimizerState& optimizer) {
+                                               const optim::OptimizerState& optimizer,
+                                               const std::vector<autodiff::MeasuredChoice>& choices = {}) {
     models::CheckpointInfo info;
     info.format_version = version;
     info.mixprec_version = MIXPREC_VERSION_STRING;
@@ -980,6 +990,10 @@ std::vector<std::uint8_t> hand_made_checkpoint(std::uint32_t version, const Run&
         }
         ar(optimizer);
         ar(run.state);
+        if (version >= 4) {
+            ar(static_cast<std::uint64_t>(choices.size()));
+            for (const autodiff::MeasuredChoice& c : choices) ar(c);
+        }
     }
     const std::string framed = "MXPCKPT\n" + std::string(prefix - 8, '\0') + body.str() + std::string(crc_size, '\0');
     std::vector<std::uint8_t> out(framed.begin(), framed.end());
@@ -1001,7 +1015,8 @@ BOOST_AUTO_TEST_CASE(a_format_2_checkpoint_numbers_the_slots_among_the_trainable
     source.steps(3);
     const optim::OptimizerState among_all = source.opt->state(source.vars);
     // The hand writes what save_checkpoint writes.
-    BOOST_TEST((hand_made_checkpoint(models::checkpoint_format_version, source, among_all) == source.bytes()));
+    BOOST_TEST((hand_made_checkpoint(models::checkpoint_format_version, source, among_all,
+                                     autodiff::measured_choice_list()) == source.bytes()));
     optim::OptimizerState among_trainable = among_all;
     for (optim::SlotState& slot : among_trainable.slots) {
         BOOST_REQUIRE(slot.variable >= 2u);
@@ -1037,6 +1052,102 @@ BOOST_AUTO_TEST_CASE(the_fixture_in_the_current_format_loads_the_same) {
     models::save_checkpoint(file, vars, checkpoint_fixture::policy, *opt, &state);
     BOOST_TEST(models::read_checkpoint_info(file).format_version == models::checkpoint_format_version);
     check_fixture_loads(file);
+}
+
+// ---- measured choices ----
+
+// Checkpoints carry the measured modes' choices (format 4). Loading adopts them in place of the process's
+// for the same keys and keeps the others; a checkpoint of format 3 holds none, and loads as before.
+BOOST_AUTO_TEST_CASE(a_checkpoint_carries_the_measured_choices) {
+    using autodiff::MeasuredChoice;
+    const Config config{.adam = true};
+    Run source(config, 1);
+    source.steps(2);
+    const std::string conv = "conv2d forward x (8, 1, 6, 6) w (2, 1, 3, 3) float32 stride (1, 1) padding (0, 0) "
+                             "dilation (1, 1)",
+                      product = "matmul (4, 3) @ (3, 2) float32";
+    autodiff::forget_measured_choices();
+    autodiff::adopt_measured_choices(std::vector<MeasuredChoice>{{conv, "im2col_onednn"}, {product, "openblas"}});
+    const auto bytes = source.bytes();
+    autodiff::forget_measured_choices();
+    autodiff::adopt_measured_choices(std::vector<MeasuredChoice>{{product, "onednn"}, {"another key", "im2col"}});
+    Run resumed(config, 50);
+    resumed.load_bytes(bytes);
+    BOOST_TEST((fingerprint(resumed) == fingerprint(source)));
+    BOOST_TEST(
+        (autodiff::measured_choice_list() ==
+         std::vector<MeasuredChoice>{{product, "openblas"}, {"another key", "im2col"}, {conv, "im2col_onednn"}}));
+
+    // A count of choices larger than the bytes left is refused before anything is allocated for it.
+    autodiff::forget_measured_choices();
+    auto lying = source.bytes();
+    BOOST_REQUIRE(get<std::uint64_t>(lying, lying.size() - crc_size - 8) == 0u);
+    put<std::uint64_t>(lying, lying.size() - crc_size - 8, std::uint64_t{1} << 40);
+    reseal(lying);
+    Run target(config, 50);
+    BOOST_TEST(refused_with(target, lying, {"measured choice count", "1099511627776 exceeds the limit"}));
+    // So is a choice that no process holds, such as a name with a space.
+    BOOST_TEST(refused_with(target,
+                            hand_made_checkpoint(4, source, source.opt->state(source.vars),
+                                                 std::vector<MeasuredChoice>{{product, "one dnn"}}),
+                            {"measured choice 0: the name 'one dnn' is not 1 to 64 letters"}));
+
+    Run older(config, 50);
+    older.load_bytes(hand_made_checkpoint(3, source, source.opt->state(source.vars)));
+    BOOST_TEST((fingerprint(older) == fingerprint(source)));
+    BOOST_TEST(autodiff::measured_choice_list().empty());
+}
+
+// A choices file holds what it was given, in order, and reads back the same; the committed fixture reads.
+BOOST_AUTO_TEST_CASE(choices_files_round_trip) {
+    ScratchDir dir("checkpoint");
+    const std::vector<autodiff::MeasuredChoice> fixture =
+        models::read_choices_file(fs::path(MIXPREC_FIXTURES) / "measured_choices.txt");
+    BOOST_TEST_REQUIRE(fixture.size() >= 2u);
+    const fs::path file = dir.path / "run.choices";
+    models::write_choices_file(file, fixture);
+    BOOST_TEST((models::read_choices_file(file) == fixture));
+    BOOST_TEST((models::parse_choices(models::choices_text(fixture)) == fixture));
+    models::write_choices_file(file, {});
+    BOOST_TEST(models::read_choices_file(file).empty());
+    // Comments, empty lines and "\r\n" line ends are read too.
+    BOOST_TEST((models::parse_choices("# mixprec measured choices, format 1\r\n# a comment\n\nkey one\tonednn\r\n") ==
+                std::vector<autodiff::MeasuredChoice>{{"key one", "onednn"}}));
+    // What a file could not hold is not written.
+    BOOST_TEST(throws_with<std::invalid_argument>(
+        [&] {
+            models::choices_text(std::vector<autodiff::MeasuredChoice>{{"a\tb", "onednn"}});
+        },
+        {"'a\tb'", "control character"}));
+}
+
+// Files that are not choices files are refused, naming the line and what is wrong with it.
+BOOST_AUTO_TEST_CASE(bad_choices_files_are_refused) {
+    const std::string first = "# mixprec measured choices, format 1\n";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"", "the text is empty"},
+        {"mixprec\n", "line 1: not a mixprec choices file"},
+        {first + "key\tonednn", "line 2: the line does not end with a newline"},
+        {first + "key onednn\n", "line 2: a choice is a key and a name separated by exactly one tab"},
+        {first + "key\tonednn\tim2col\n", "line 2: a choice is a key and a name separated by exactly one tab"},
+        {first + "\tonednn\n", "line 2: the key is empty"},
+        {first + "key\t\n", "line 2: the name '' is not 1 to 64 letters, digits or '_'"},
+        {first + "key\tone dnn\n", "line 2: the name 'one dnn' is not"},
+        {first + "ke\x01y\tonednn\n", "line 2: the key holds a control character"},
+        {first + std::string(4097, 'k') + "\tonednn\n", "line 2: the key has 4097 bytes (at most 4096)"},
+        {first + "# fine\nkey\tonednn\nkey\tim2col\n", "line 4: the key 'key' appears twice"},
+    };
+    for (const auto& [text, message] : cases) BOOST_TEST_CONTEXT(message) {
+            BOOST_TEST(throws_with<models::choices_error>([&] { models::parse_choices(text); }, {message.c_str()}));
+        }
+    ScratchDir dir("checkpoint");
+    const fs::path big = dir.path / "big.choices";
+    { std::ofstream(big) << first; }
+    fs::resize_file(big, models::max_choices_file_bytes + 1);
+    BOOST_TEST(throws_with<models::choices_error>([&] { models::read_choices_file(big); },
+                                                  {"choices file '", "big.choices': ", "exceeds the limit"}));
+    BOOST_TEST(throws_with<models::choices_error>([&] { models::read_choices_file(dir.path / "missing"); },
+                                                  {"missing': cannot open"}));
 }
 
 // ---- checkpoints for something else ----

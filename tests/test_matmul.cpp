@@ -167,6 +167,27 @@ BOOST_AUTO_TEST_CASE(measured_products_are_listed_and_kept) {
     check_product(a, b, first, {});
 }
 
+// An adopted library is taken without timing, and gives that library's bits.
+BOOST_AUTO_TEST_CASE(adopted_products_are_taken_without_timing) {
+    const Float32Gemm before = float32_gemm();
+    const Tensor a = random_tensor(Shape{37, 31}, Dtype::float32, 97),
+                 b = random_tensor(Shape{31, 19}, Dtype::float32, 98);
+    const std::string key = "matmul (37, 31) @ (31, 19) float32";
+    for (Float32Gemm library : {Float32Gemm::openblas, Float32Gemm::onednn}) BOOST_TEST_CONTEXT(name_of(library)) {
+            set_float32_gemm(library);
+            const Tensor pinned = kernels::matmul(a, b);
+            forget_measured_choices();
+            adopt_measured_choices(std::vector<MeasuredChoice>{{key, std::string(name_of(library))}});
+            set_float32_gemm(Float32Gemm::measured);
+            const Tensor adopted = kernels::matmul(a, b);
+            BOOST_TEST(std::memcmp(adopted.raw(), pinned.raw(), pinned.nbytes()) == 0);
+            BOOST_TEST((measured_choices() ==
+                        std::vector<std::string>{key + ": " + std::string(name_of(library)) + ", adopted"}));
+        }
+    forget_measured_choices();
+    set_float32_gemm(before);
+}
+
 // The two bfloat16 backends compute the same products (up to float32 summation order).
 BOOST_AUTO_TEST_CASE(bfloat16_backends_agree) {
     if (isa() < Isa::avx512_bf16) {

@@ -367,6 +367,46 @@ BOOST_AUTO_TEST_CASE(measured_routes_are_listed_and_kept) {
         }
 }
 
+// An adopted choice (from a checkpoint or a choices file) is taken without timing: a measured convolution
+// then gives the bits of the backend adopted, whichever it is. A name that is not a candidate of its key is
+// measured again, and forgetting the choices leaves none.
+BOOST_AUTO_TEST_CASE(adopted_routes_are_taken_without_timing) {
+    const Shape xs{4, 2, 9, 8}, ws{3, 2, 3, 3};
+    const Tensor x = random(xs, -1.0f, 1.0f, 710), w = random(ws, -1.0f, 1.0f, 711);
+    const Tensor b = random(Shape{3}, -0.5f, 0.5f, 712), dy = random(Shape{4, 3, 9, 8}, -1.0f, 1.0f, 713);
+    const std::string shape = " x (4, 2, 9, 8) w (3, 2, 3, 3) float32 stride (1, 1) padding (1, 1) dilation (1, 1)";
+    const std::string forward = "conv2d forward" + shape, backward = "conv2d backward" + shape;
+    for (ConvBackend backend : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn})
+        BOOST_TEST_CONTEXT(name_of(backend)) {
+            forget_measured_choices();
+            const std::string name(name_of(backend));
+            adopt_measured_choices(std::vector<MeasuredChoice>{{forward, name}, {backward, name}});
+            BOOST_TEST(same_bits(conv_and_gradients(x, w, b, dy, ConvBackend::measured),
+                                 conv_and_gradients(x, w, b, dy, backend)));
+            BOOST_TEST((measured_choices() == std::vector<std::string>{forward + ": " + name + ", adopted",
+                                                                       backward + ": " + name + ", adopted"}));
+            BOOST_TEST((measured_choice_list() == std::vector<MeasuredChoice>{{forward, name}, {backward, name}}));
+        }
+    forget_measured_choices();
+    adopt_measured_choices(std::vector<MeasuredChoice>{{forward, "fastest_ever"}});
+    conv_and_gradients(x, w, b, dy, ConvBackend::measured);
+    const std::vector<MeasuredChoice> list = measured_choice_list();
+    BOOST_TEST_REQUIRE(list.size() == 2u);
+    BOOST_TEST(list[0].key == forward);
+    BOOST_TEST((list[0].chosen == "im2col" || list[0].chosen == "im2col_onednn" || list[0].chosen == "onednn"));
+    BOOST_TEST(measured_choices()[0].find(" ms") != std::string::npos); // measured, not adopted
+    // A choice no process holds is refused, and nothing changes.
+    BOOST_TEST(op_checks::throws_with<std::invalid_argument>(
+        [&] {
+            adopt_measured_choices(std::vector<MeasuredChoice>{{backward, "im2col"}, {"a\nb", "im2col"}});
+        },
+        {"adopt_measured_choices: the choice for 'a\nb': the key holds a control character"}));
+    BOOST_TEST((measured_choice_list() == list));
+    forget_measured_choices();
+    BOOST_TEST(measured_choices().empty());
+    BOOST_TEST(measured_choice_list().empty());
+}
+
 // Each backend's name gives the backend back; any other name is refused with the list of names.
 // ConvBackend::automatic follows set_conv_backend.
 BOOST_AUTO_TEST_CASE(conv_backends_by_name_and_for_the_process) {

@@ -35,6 +35,7 @@ expect 2 "0 trains nothing"                    -- --epochs 0 --checkpoint "$work
 expect 2 "needs --export-weights PATH"         -- --export-dtype float16
 expect 2 "--export-dtype: float64 not in"      -- --export-weights "$work/w.safetensors" --export-dtype float64
 expect 2 "no file at $work/missing"            -- --initial-weights "$work/missing"
+expect 2 "--choices $work/missing/x.choices: no folder" -- --choices "$work/missing/x.choices"
 expect 2 "NumPy has no bfloat16"               -- --export-weights "$work/w.npz" --export-dtype bfloat16
 expect 2 "--batch-size"                        -- --batch-size -3
 expect 2 "--precision"                         -- --precision float8
@@ -257,6 +258,31 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         --resume "$work/mixed_float8.ckpt" --fp8-recipe current
     expect 1 "rounded stochastically (seed 3)) differs" -- --precision mixed_float8 --max-steps 4 --quiet \
         --resume "$work/stochastic.ckpt" --seed 4 --fp8-gradient-rounding stochastic
+    # The measured modes repeat and resume bit for bit once their choices are kept. A first run writes what
+    # it measured to --choices; the file is then edited to routes the measurement would not all pick (so
+    # that taking them shows in the bits), and runs that adopt it take them without timing: 6 steps
+    # straight, and 3 steps then --resume without the file, from the checkpoint's choices, end alike.
+    measured=(--model cnn --gemm measured --conv-route measured --threads 1)
+    rm -f "$work/cnn.choices"
+    expect 0 "Measured choices" -- "${measured[@]}" --max-steps 2 --quiet --choices "$work/cnn.choices"
+    sed -i -E 's/^(conv2d .*)\t(im2col_onednn|onednn)$/\1\tim2col/; s/^(matmul .*)\tonednn$/\1\topenblas/' \
+        "$work/cnn.choices"
+    "$trainer" "${measured[@]}" --max-steps 6 --choices "$work/cnn.choices" >"$work/measured-straight" 2>&1 &&
+        "$trainer" "${measured[@]}" --max-steps 3 --choices "$work/cnn.choices" --checkpoint "$work/measured.ckpt" \
+            >/dev/null 2>&1 &&
+        "$trainer" "${measured[@]}" --max-steps 6 --resume "$work/measured.ckpt" >"$work/measured-resumed" 2>&1 ||
+        { echo "FAILED: the measured runs"; failures=$((failures + 1)); }
+    straight=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/measured-straight")
+    resumed=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/measured-resumed")
+    timed=$(cat "$work/measured-straight" "$work/measured-resumed" | grep -c "best of")
+    if [ -n "$straight" ] && [ "$straight" = "$resumed" ] && [ "$timed" -eq 0 ] &&
+        grep -q "conv2d forward x (128, 1, 28, 28) .*: im2col, adopted" "$work/measured-resumed"; then
+        echo "ok: measured runs with kept choices repeat and resume exactly ($straight)"
+    else
+        echo "FAILED: measured runs with kept choices: straight $straight, resumed $resumed, $timed timed"
+        failures=$((failures + 1))
+    fi
+    expect 1 "line 1: not a mixprec choices file" -- --choices "$work/garbage.ckpt" --max-steps 1 --quiet
     expect 1 "safetensors file" -- --initial-weights "$work/mlp.ckpt" --epochs 0 --quiet
     "$trainer" --max-steps 1 --quiet --export-weights "$work/mlp.safetensors" >/dev/null 2>&1 || {
         echo "FAILED: a 1-step run to export weights"; failures=$((failures + 1)); }

@@ -280,6 +280,15 @@ int run(const train::Options& o, const World& world) {
             std::max(1, std::min(cpus_available(), int(std::thread::hardware_concurrency()) / world.local_size)));
     amp::set_global_policy(o.precision);
 
+    if (!o.choices.empty()) {
+        const std::filesystem::path folder = std::filesystem::path(o.choices).parent_path();
+        if (!folder.empty() && !std::filesystem::is_directory(folder)) {
+            std::cerr << "mixprec-train: --choices " << o.choices << ": no folder " << folder.string() << '\n';
+            return 2;
+        }
+        if (std::filesystem::exists(o.choices)) // before --resume's choices, which take their place
+            autodiff::adopt_measured_choices(models::read_choices_file(o.choices));
+    }
     const Data data = load_data(o);
     const models::Dataset& train_data = *data.train;
 
@@ -383,8 +392,12 @@ int run(const train::Options& o, const World& world) {
     print_summary(logger.summary(), completed && !terminate.terminated());
     const std::vector<std::string> chosen = autodiff::measured_choices();
     if (!chosen.empty() && !o.quiet) {
-        std::printf("Chosen by measurement on this CPU:\n");
+        std::printf("Chosen by measurement on this CPU (or adopted):\n");
         for (const std::string& line : chosen) std::printf("  %s\n", line.c_str());
+    }
+    if (!o.choices.empty() && world.root()) {
+        models::write_choices_file(o.choices, autodiff::measured_choice_list());
+        std::printf("Measured choices (%zu) written to %s\n", chosen.size(), o.choices.c_str());
     }
     return terminate.terminated() ? 1 : 0;
 }

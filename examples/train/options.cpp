@@ -356,6 +356,9 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "product and the faster kept, so the bits rest on the timings). Default: MIXPREC_GEMM, else "
                    "openblas")
         ->check(CLI::IsMember({"openblas", "onednn", "measured"}));
+    app.add_option("--choices", o.choices,
+                   "A file of the measured modes' choices: read when it exists (its choices are taken without "
+                   "timing, so a run repeats another's bits), and written at the end with every choice made");
     std::string inject;
     app.add_option("--inject-nonfinite", inject, "Comma-separated steps whose gradients get an inf, to test skipping");
     CLI::Option* inject_rank =

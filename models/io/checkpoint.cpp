@@ -5,6 +5,8 @@
 #include <mixprec/models/io/files.hpp>
 #include <mixprec/models/io/serialization.hpp>
 
+#include <mixprec/autodiff/tensor/measured.hpp>
+
 #include <mixprec/version.hpp>
 
 #include <cereal/archives/portable_binary.hpp>
@@ -102,6 +104,7 @@ struct Body {
     std::vector<std::vector<float>> masters;
     optim::OptimizerState optimizer;
     std::optional<TrainingState> state;
+    std::vector<autodiff::MeasuredChoice> choices; // format 4 on
 };
 
 /// Formats 1 and 2 numbered the optimizer's slots among the variables that were trainable when the file was
@@ -154,6 +157,9 @@ std::vector<std::uint8_t> encode(const std::vector<Variable>& variables, std::st
         }
         ar(saved);
         if (state) ar(*state);
+        const std::vector<autodiff::MeasuredChoice> choices = autodiff::measured_choice_list();
+        ar(static_cast<std::uint64_t>(choices.size()));
+        for (const autodiff::MeasuredChoice& c : choices) ar(c);
     }
     put_le<std::uint64_t>(out, 12, out.size() - prefix_bytes);
     const std::uint32_t crc = crc32c(out);
@@ -214,6 +220,18 @@ Body decode(std::span<const std::uint8_t> bytes, std::uint32_t version, bool hea
             TrainingState state;
             ar(state);
             body.state = state;
+        }
+        if (version >= 4) {
+            // A choice takes at least 20 bytes: version, key length, name length.
+            const std::uint64_t n =
+                serialization::load_count(ar, "choice_count", "measured choice count", serialization::max_entries, 20);
+            for (std::uint64_t i = 0; i < n; ++i) { // one by one: memory follows the data actually read
+                autodiff::MeasuredChoice choice;
+                ar(choice);
+                if (const auto problem = autodiff::measured_choice_problem(choice))
+                    fail("measured choice " + std::to_string(i) + ": " + *problem);
+                body.choices.push_back(std::move(choice));
+            }
         }
     } catch (const cereal::Exception& e) {
         fail(std::string("malformed body: ") + e.what());
@@ -294,6 +312,7 @@ void load_from(std::span<const std::uint8_t> bytes, const std::vector<Variable>&
         v.set_trainable(body.info.variables[i].trainable); // a run that froze layers resumes frozen
     }
     if (state) *state = *body.state;
+    autodiff::adopt_measured_choices(body.choices); // the routes the saved run took, for the same bits
 }
 
 } // namespace

@@ -12,13 +12,17 @@
 ///   offset 0    8 bytes   magic "MXPCKPT\n"
 ///   offset 8    uint32    format version (checkpoint_format_version)
 ///   offset 12   uint64    body length B
-///   offset 20   B bytes   body: a cereal PortableBinary archive (header, masters, optimizer, training state)
+///   offset 20   B bytes   body: a cereal PortableBinary archive (header, masters, optimizer, training state,
+///                         measured choices)
 ///   offset 20+B uint32    CRC-32C of every byte before it
 ///
 /// The body begins with a small header (CheckpointInfo: mixprec version, policy, optimizer kind, variable
 /// names, shapes and trainable flags) that read_checkpoint_info returns without touching a model. The
 /// optimizer is saved as Optimizer::state(variables) gives it for all the variables (its slots numbered
 /// among all of them, trainable or frozen) and restored by Optimizer::load_state, whatever optimizer it is.
+/// The body ends with the measured modes' choices in force in the process (autodiff::measured_choice_list,
+/// tensor/measured.hpp): loading adopts them, so that a run resumed with a measured mode takes the routes
+/// the saved run took, and computes the same bits.
 ///
 /// Writing is atomic: the file is written to "<path>.tmp" in the same directory, flushed to disk (fsync of
 /// the file, then of the directory) and renamed over `path`; a crash at any moment leaves the old file or
@@ -62,7 +66,8 @@ class checkpoint_error : public std::runtime_error {
 ///      Optimizer::state() gives it, a LossScaleOptimizer's scale and counters among its named values
 ///   3  mixprec 0.4.0: the optimizer's slots are numbered among all the variables (format 2 numbered them
 ///      among the trainable ones); the trainable flags are restored on load
-inline constexpr std::uint32_t checkpoint_format_version = 3;
+///   4  the release after mixprec 0.4.0: the measured modes' choices at the end of the body, adopted on load
+inline constexpr std::uint32_t checkpoint_format_version = 4;
 /// Larger files are refused before they are read.
 inline constexpr std::uint64_t max_checkpoint_bytes = std::uint64_t{4} << 30; // 4 GiB
 
@@ -123,7 +128,8 @@ void save_checkpoint(const std::filesystem::path& path, const std::vector<autodi
 /// Optimizer::load_state for the one exception: an unbuilt optimizer may be left built with zero slots).
 /// Each variable's trainable flag is set as the checkpoint has it, whatever it is in the model, so that a
 /// run that froze layers resumes frozen; the optimizer gets slots for exactly the variables that had them.
-/// Working copies are re-derived from the restored masters on their next read.
+/// Working copies are re-derived from the restored masters on their next read. The checkpoint's measured
+/// choices are adopted (autodiff::adopt_measured_choices), in place of the process's for the same keys.
 void load_checkpoint(const std::filesystem::path& path, const std::vector<autodiff::Variable>& variables,
                      std::string_view policy, optim::Optimizer& optimizer, TrainingState* state = nullptr);
 

@@ -7,8 +7,9 @@
 ///   cereal::PortableBinaryOutputArchive out(stream);
 ///   out(state, optimizer.state());             // TrainingState, optim::OptimizerState
 ///
-/// Covered: autodiff::Rng, TrainingState, optim::StateValue, optim::SlotState, optim::OptimizerState (a
-/// LossScaleOptimizer's scale and counters among its values), VariableInfo and CheckpointInfo. Binary
+/// Covered: autodiff::Rng, autodiff::MeasuredChoice, TrainingState, optim::StateValue, optim::SlotState,
+/// optim::OptimizerState (a LossScaleOptimizer's scale and counters among its values), VariableInfo and
+/// CheckpointInfo. Binary
 /// archives (Binary, PortableBinary) and text archives (JSON, XML) both work; fields are named for the
 /// text ones.
 ///
@@ -30,6 +31,7 @@
 
 #include <mixprec/amp/loss_scale_optimizer.hpp>
 #include <mixprec/autodiff/tensor/errors.hpp>
+#include <mixprec/autodiff/tensor/measured.hpp>
 #include <mixprec/optim/optimizer_state.hpp>
 
 #include <cereal/cereal.hpp>
@@ -397,6 +399,21 @@ void load(Archive& ar, mixprec::optim::OptimizerState& s) {
         ar(make_nvp("value", value));
         s.values.push_back(std::move(value));
     }
+}
+
+template <class Archive>
+void save(Archive& ar, const mixprec::autodiff::MeasuredChoice& c) {
+    namespace ser = mixprec::models::serialization;
+    ser::save_version<mixprec::autodiff::MeasuredChoice>(ar);
+    ser::save_text(ar, "key", c.key);
+    ser::save_text(ar, "chosen", c.chosen);
+}
+template <class Archive>
+void load(Archive& ar, mixprec::autodiff::MeasuredChoice& c) {
+    namespace ser = mixprec::models::serialization;
+    ser::load_version<mixprec::autodiff::MeasuredChoice>(ar, "measured choice");
+    ser::load_text(ar, "key", c.key);
+    ser::load_text(ar, "chosen", c.chosen);
 }
 
 template <class Archive>

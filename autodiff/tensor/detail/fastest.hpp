@@ -17,19 +17,21 @@
 
 namespace mixprec::autodiff::detail {
 
-/// The candidate chosen for `key` (its index among those it was measured with), if one was.
-std::optional<std::size_t> measured_choice(const std::string& key);
-/// Records `choice` for `key` with its report `line`, unless another thread recorded one first; returns
-/// the choice recorded.
-std::size_t record_measured_choice(const std::string& key, std::size_t choice, std::string line);
+/// The candidate chosen or adopted for `key` (its position among `names`), if there is one among them.
+std::optional<std::size_t> measured_choice(const std::string& key, const std::vector<std::string_view>& names);
+/// Records names[choice] for `key` with its report `line`, unless another thread recorded one of `names`
+/// first; returns the position of the choice recorded.
+std::size_t record_measured_choice(const std::string& key, const std::vector<std::string_view>& names,
+                                   std::size_t choice, std::string line);
 
-/// run(i) for the candidate chosen for `key`. At the first call: each candidate once untimed (first
-/// touches, oneDNN's JIT) and three times timed, interleaved so that a slow moment of the machine hits
-/// them all, with the rounding telemetry paused; then the fastest is recorded, with a line naming every
-/// candidate's best time, and run once more for its result (whose roundings count, once).
+/// run(i) for the candidate chosen or adopted for `key`. At the first call without one among `names`:
+/// each candidate once untimed (first touches, oneDNN's JIT) and three times timed, interleaved so that a
+/// slow moment of the machine hits them all, with the rounding telemetry paused; then the fastest is
+/// recorded, with a line naming every candidate's best time, and run once more for its result (whose
+/// roundings count, once).
 template <class Run>
 auto run_fastest(const std::string& key, const std::vector<std::string_view>& names, Run run) {
-    if (const auto chosen = measured_choice(key)) return run(*chosen);
+    if (const auto chosen = measured_choice(key, names)) return run(*chosen);
     std::vector<double> best(names.size(), std::numeric_limits<double>::infinity());
     {
         const RoundingPause pause;
@@ -49,7 +51,7 @@ auto run_fastest(const std::string& key, const std::vector<std::string_view>& na
         std::snprintf(ms.data(), ms.size(), " %.3g ms", best[i]);
         line += (i ? ", " : " ") + std::string(names[i]) + ms.data();
     }
-    return run(record_measured_choice(key, win, std::move(line))); // another thread may have chosen first
+    return run(record_measured_choice(key, names, win, std::move(line))); // another thread may have chosen first
 }
 
 } // namespace mixprec::autodiff::detail
