@@ -386,9 +386,12 @@ route route_of(const geometry& g, Dtype dtype, ConvBackend backend) {
     return backend == ConvBackend::im2col_onednn ? route::im2col_f32_onednn : route::im2col_f32;
 }
 
-bool measures(ConvBackend backend) {
-    return backend == ConvBackend::measured ||
-           (backend == ConvBackend::automatic && conv_backend() == ConvBackend::measured);
+/// The route of `backend` for this shape and dtype, or none when the route is to be measured.
+std::optional<route> pinned_route(const geometry& g, Dtype dtype, ConvBackend backend) {
+    if (backend == ConvBackend::measured ||
+        (backend == ConvBackend::automatic && conv_backend() == ConvBackend::measured))
+        return std::nullopt;
+    return route_of(g, dtype, backend);
 }
 
 detail::conv_shape onednn_shape(const geometry& g, route r) {
@@ -520,6 +523,12 @@ auto run_measured(const std::string& pass, const geometry& g, Dtype dtype, Run r
     return detail::run_fastest(key, names, [&](std::size_t i) { return run(routes[i]); });
 }
 
+/// run(r) on the `pinned` route, or on the one measured for this pass, shape and dtype when there is none.
+template <class Run>
+auto run_on(const std::optional<route>& pinned, const std::string& pass, const geometry& g, Dtype dtype, Run run) {
+    return pinned ? run(*pinned) : run_measured(pass, g, dtype, run);
+}
+
 /// Records y = conv(x, w, bias) on the tape when it wants it, with its backward `grads`.
 template <class Grads>
 void record_conv(const Tensor& y, const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Grads grads) {
@@ -548,17 +557,16 @@ Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
-    const bool measured = measures(options.backend);
-    const route r = measured ? route::im2col_f32 : route_of(g, x.dtype(), options.backend);
+    const std::optional<route> pinned = pinned_route(g, x.dtype(), options.backend);
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
     const auto forward_on = [&](route on) { return run_forward(g, on, x, w, b, 1.0f, x.dtype()); };
-    const Tensor y = measured ? run_measured("forward", g, x.dtype(), forward_on) : forward_on(r);
-    const auto grads = [x, w, has_bias = bias.has_value(), g, r, measured,
+    const Tensor y = run_on(pinned, "forward", g, x.dtype(), forward_on);
+    const auto grads = [x, w, has_bias = bias.has_value(), g, pinned,
                         relu_y = options.relu ? y : Tensor()](const Tensor& dy) {
         const auto backward_on = [&](route on) {
             return run_backward(g, on, x, w, dy, has_bias, x.dtype(), w.dtype(), g.opt.relu ? &relu_y : nullptr);
         };
-        return measured ? run_measured("backward", g, x.dtype(), backward_on) : backward_on(r);
+        return run_on(pinned, "backward", g, x.dtype(), backward_on);
     };
     record_conv(y, x, w, bias, grads);
     return y;
@@ -569,16 +577,14 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
     const geometry g = check(x, w, bias, options);
     const detail::Fp8Operand qx = detail::fp8_operand(x, casts.input, "conv2d_fp8", "input"),
                              qw = detail::fp8_operand(w, casts.kernel, "conv2d_fp8", "kernel");
-    const bool measured = measures(options.backend); // FP8 operands: a float32 route
-    const route r = measured ? route::im2col_f32 : route_of(g, qx.q.dtype(), options.backend);
+    const std::optional<route> pinned = pinned_route(g, qx.q.dtype(), options.backend); // FP8: a float32 route
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
     const auto forward_on = [&](route on) {
         return run_forward(g, on, qx.q, qw.q, b, qx.inverse * qw.inverse, x.dtype());
     };
-    const Tensor y = measured ? run_measured("forward", g, qx.q.dtype(), forward_on) : forward_on(r);
-    const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, r, measured,
-                        x_dtype = x.dtype(), w_dtype = w.dtype(),
-                        relu_y = options.relu ? y : Tensor()](const Tensor& output_grad) {
+    const Tensor y = run_on(pinned, "forward", g, qx.q.dtype(), forward_on);
+    const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, pinned, x_dtype = x.dtype(),
+                        w_dtype = w.dtype(), relu_y = options.relu ? y : Tensor()](const Tensor& output_grad) {
         const Tensor dy = g.opt.relu ? relu_masked(output_grad, relu_y) : output_grad; // before the FP8 cast
         Gradients result(has_bias ? 3 : 2);
         if (has_bias && gradient_needed(2)) result[2] = bias_gradient(g, dy, w_dtype); // from dy, not its cast
@@ -588,7 +594,7 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
             return run_backward(g, on, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, nullptr, qg.inverse * qw.inverse,
                                 qx.inverse * qg.inverse);
         };
-        Gradients d = measured ? run_measured("backward", g, qx.q.dtype(), backward_on) : backward_on(r);
+        Gradients d = run_on(pinned, "backward", g, qx.q.dtype(), backward_on);
         result[0] = std::move(d[0]);
         result[1] = std::move(d[1]);
         return result;
