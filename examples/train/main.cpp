@@ -396,8 +396,9 @@ int run(const train::Options& o, const World& world) {
         for (const std::string& line : chosen) std::printf("  %s\n", line.c_str());
     }
     if (!o.choices.empty() && world.root()) {
-        models::write_choices_file(o.choices, autodiff::measured_choice_list());
-        std::printf("Measured choices (%zu) written to %s\n", chosen.size(), o.choices.c_str());
+        const std::vector<autodiff::MeasuredChoice> kept = autodiff::measured_choice_list();
+        models::write_choices_file(o.choices, kept);
+        std::printf("Measured choices (%zu) written to %s\n", kept.size(), o.choices.c_str());
     }
     return terminate.terminated() ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 namespace mixprec::train {
 
@@ -13,6 +14,22 @@ namespace {
 /// Thrown for a combination of flags that cannot work; CLI11 prints it as it prints its own errors.
 CLI::ValidationError conflict(const std::string& flag, const std::string& why) {
     return CLI::ValidationError(flag, why);
+}
+
+/// Accepts a name the library's `named` accepts, and otherwise says what it says (the library lists its
+/// names), so that the flag and its environment variable share one list.
+template <class Named>
+CLI::Validator named_by(Named named, const std::string& description) {
+    return CLI::Validator(
+        [named](std::string& value) -> std::string {
+            try {
+                named(value);
+                return {};
+            } catch (const std::invalid_argument& e) {
+                return e.what();
+            }
+        },
+        description);
 }
 
 std::string joined(const std::vector<std::string_view>& names) {
@@ -349,13 +366,13 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "How convolutions run: automatic (a fixed rule; the same bits at every instruction-set level), "
                    "im2col, im2col_onednn, onednn, or measured (each timed on this CPU at its first use and the "
                    "fastest kept, so the bits rest on the timings). Default: MIXPREC_CONV_ROUTE, else automatic")
-        ->check(CLI::IsMember({"automatic", "im2col", "im2col_onednn", "onednn", "measured"}));
+        ->check(named_by(autodiff::conv_backend_named, "ROUTE"));
     app.add_option("--gemm", o.gemm,
                    "The library of float32 matrix products: openblas (its kernels follow the CPU model only), "
                    "onednn (its kernels follow MIXPREC_ISA too), or measured (both timed at each shape's first "
                    "product and the faster kept, so the bits rest on the timings). Default: MIXPREC_GEMM, else "
                    "openblas")
-        ->check(CLI::IsMember({"openblas", "onednn", "measured"}));
+        ->check(named_by(autodiff::float32_gemm_named, "LIBRARY"));
     app.add_option("--choices", o.choices,
                    "A file of the measured modes' choices: read when it exists (its choices are taken without "
                    "timing, so a run repeats another's bits), and written at the end with every choice made");
