@@ -3,10 +3,12 @@
 // (forward, input gradient, weight gradient) on ready buffers, with OpenBLAS sgemm for the float32 and
 // float16 rows and oneDNN's bfloat16 matmul for the bfloat16 rows (writing bfloat16 for Dense, whose
 // products oneDNN rounds, and float32 for conv2d, whose convolutions write float32). The floor: a layer takes at most 1.25×
-// the time of its GEMMs (bench/report.py prints the ratios).
+// the time of its GEMMs (bench/report.py prints the ratios). Max-pooling, which has no arithmetic to speak
+// of, is held against a copy of its input: forward and backward read the input once and write its gradient.
 //
 // Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first>/<dtype>/<im2col|im2col_onednn|onednn> (each
-// convolution route; conv2d_first is a one-channel first layer), peer/<dense|conv2d>/<sgemm|onednn>.
+// convolution route; conv2d_first is a one-channel first layer), layer/max_pool2d/<dtype>,
+// peer/<dense|conv2d>/<sgemm|onednn>, peer/max_pool2d/copy.
 
 #include <mixprec/mixprec.hpp>
 
@@ -17,6 +19,7 @@
 #include <malloc.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -120,6 +123,31 @@ void bm_conv(benchmark::State& state, Dtype dtype, ConvCase shape, ConvBackend b
     }
 }
 
+/// The cnn model's first pooling: 2×2 windows over (128, 32, 26, 26), forward and backward through the tape.
+const Shape pool_input{128, 32, 26, 26};
+
+void bm_max_pool(benchmark::State& state, Dtype dtype) {
+    const Tensor x = Tensor::from_floats(pool_input, random_floats(pool_input.elements(), 9), dtype);
+    for (auto _ : state) {
+        GradientTape tape;
+        tape.watch(x);
+        const Tensor y = max_pool2d(x, {2, 2});
+        auto grads = tape.gradient(y, {x});
+        benchmark::DoNotOptimize(grads[0].raw());
+    }
+}
+
+/// The least any pooling's forward and backward can do: read x once and write an x-sized gradient.
+void bm_peer_copy(benchmark::State& state) {
+    const std::vector<float> x = random_floats(pool_input.elements(), 9);
+    std::vector<float> dx(x.size());
+    for (auto _ : state) {
+        std::memcpy(dx.data(), x.data(), x.size() * sizeof(float));
+        benchmark::DoNotOptimize(dx.data());
+        benchmark::ClobberMemory();
+    }
+}
+
 void configure(benchmark::internal::Benchmark* b) {
     b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Repetitions(7)->DisplayAggregatesOnly(true);
 }
@@ -141,8 +169,10 @@ int main(int argc, char** argv) {
             configure(
                 benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
     }
+    configure(benchmark::RegisterBenchmark("peer/max_pool2d/copy", bm_peer_copy));
     for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
         const std::string dtype(name_of(d));
+        configure(benchmark::RegisterBenchmark(("layer/max_pool2d/" + dtype).c_str(), bm_max_pool, d));
         configure(benchmark::RegisterBenchmark(("layer/dense/" + dtype).c_str(), bm_dense, d));
         for (const ConvCase& shape : conv_cases)
             for (ConvBackend backend : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn})

@@ -468,10 +468,14 @@ BOOST_AUTO_TEST_CASE(pools_match_a_window_scan) {
         std::size_t n, c, h, w;
         std::array<std::size_t, 2> kernel, stride, padding;
     };
-    const pool_case cases[] = {{3, 2, 7, 6, {2, 2}, {2, 2}, {0, 0}}, // odd height: the last row is in no window
-                               {64, 32, 13, 11, {2, 2}, {2, 2}, {0, 0}},
-                               {2, 3, 6, 7, {3, 3}, {1, 1}, {1, 1}},
-                               {48, 16, 9, 10, {3, 2}, {2, 1}, {1, 0}}};
+    // 2×2 rows go in runs of 8 windows, or of 4 below 8, the last run overlapping; below 4 one by one
+    const pool_case cases[] = {{3, 2, 7, 6, {2, 2}, {2, 2}, {0, 0}},     // odd height: the last row is in no window
+                               {64, 32, 13, 11, {2, 2}, {2, 2}, {0, 0}}, // 5 windows a row, odd width
+                               {16, 8, 26, 26, {2, 2}, {2, 2}, {0, 0}},  // 13: the cnn model's first pool
+                               {5, 3, 6, 33, {2, 2}, {2, 2}, {0, 0}},    // 16: two runs, none overlapping
+                               {4, 2, 2, 16, {2, 2}, {2, 2}, {0, 0}},    // 8: one run
+                               {4, 2, 4, 8, {2, 2}, {2, 2}, {0, 0}},     // 4: one run of 4
+                               {2, 3, 6, 7, {3, 3}, {1, 1}, {1, 1}},     {48, 16, 9, 10, {3, 2}, {2, 1}, {1, 0}}};
     std::mt19937 gen(5);
     std::uniform_int_distribution<int> small(-3, 3), kind(0, 19);
     std::uniform_real_distribution<float> grad(-1.0f, 1.0f);
