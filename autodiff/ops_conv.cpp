@@ -5,8 +5,10 @@
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/fastest.hpp>
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <omp.h>
@@ -250,6 +252,23 @@ void commit(Tensor& t, std::size_t at, const float* v, std::size_t n, RoundingBa
         narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype(), batch);
 }
 
+/// The last pass over the oneDNN route's float32 results `wide` (from workspace(t, ...)), on every thread,
+/// image by image at the level's vector width: finish(an image's values), then t's elements of that
+/// image rounded once from them. One thread for a whole tensor left the other waiting (the first cnn
+/// layer's output is 11 MB in float32).
+template <class Finish>
+void finish_images(Tensor& t, float* wide, std::size_t images, Finish finish) {
+    const std::size_t per_image = images > 0 ? t.size() / images : 0;
+    RoundingBatch rounding(t);
+    detail::split_blocks(images, per_image, [&](std::size_t first, std::size_t end) {
+        for (std::size_t n = first; n < end; ++n) {
+            float* v = wide + n * per_image;
+            detail::vectorized([&] { finish(v); });
+            commit(t, n * per_image, v, per_image, rounding);
+        }
+    });
+}
+
 /// Images per chunk of the range [lo, hi), balanced so every chunk has about the same size.
 std::size_t chunk_size(const geometry& g, std::size_t lo, std::size_t hi) {
     const std::size_t n = std::max<std::size_t>(hi - lo, 1);
@@ -428,17 +447,16 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         float* wide = workspace(y, 0, y.size(), false);
         detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
                                     onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
-        if (alpha != 1.0f) // the bias after the scale, as on the im2col route
-            for (std::size_t n = 0; n < g.n; ++n)
+        if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // oneDNN wrote y
+        finish_images(y, wide, g.n, [&](float* v) {
+            if (alpha != 1.0f) // the bias after the scale, as on the im2col route
                 for (std::size_t o = 0; o < g.o; ++o) {
-                    float* v = wide + (n * g.o + o) * g.l();
                     const float add = b ? b[o] : 0.0f;
-                    for (std::size_t i = 0; i < g.l(); ++i) v[i] = v[i] * alpha + add;
+                    for (std::size_t i = 0; i < g.l(); ++i) v[o * g.l() + i] = v[o * g.l() + i] * alpha + add;
                 }
-        if (g.opt.relu)
-            for (std::size_t i = 0; i < y.size(); ++i) wide[i] = relu_of(wide[i]);
-        RoundingBatch rounding(y);
-        commit(y, 0, wide, y.size(), rounding);
+            if (g.opt.relu)
+                for (std::size_t i = 0; i < g.o * g.l(); ++i) v[i] = relu_of(v[i]);
+        });
         break;
     }
     case route::im2col_bf16:
@@ -480,12 +498,11 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
         detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
                                      onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), wide,
                                      dw.data, db ? db->data : nullptr);
-        if (dx && dx_alpha != 1.0f)
-            for (std::size_t i = 0; i < dx->size(); ++i) wide[i] *= dx_alpha;
-        if (dx) {
-            RoundingBatch rounding(*dx);
-            commit(*dx, 0, wide, dx->size(), rounding);
-        }
+        if (dx && (dx_alpha != 1.0f || dx->dtype() != Dtype::float32))
+            finish_images(*dx, wide, g.n, [&](float* v) {
+                if (dx_alpha != 1.0f)
+                    for (std::size_t i = 0; i < g.c * g.h * g.w; ++i) v[i] *= dx_alpha;
+            });
         break;
     }
     case route::im2col_bf16:
