@@ -41,8 +41,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     check_same_dtype(x, beta, "layer_norm (x, beta)");
 
     // Rows are independent: blocks of them run on every thread, each row computed as one thread would.
-    // xhat (the normalized rows) and 1/σ per row are kept for the backward pass.
-    auto xhat = std::make_shared<std::vector<float>>(x.size());
+    // xhat (the normalized rows) and 1/σ per row are kept for the backward pass. xhat is left
+    // uninitialized (the blocks write all of it): zeroing it first was a pass on one thread.
+    std::shared_ptr<float[]> xhat = std::make_shared_for_overwrite<float[]>(x.size());
     auto rstd = std::make_shared<std::vector<float>>(rows);
     const std::vector<float> g = gamma.to_floats(), b = beta.to_floats();
     Tensor y = Tensor::uninitialized(x.shape(), x.dtype());
@@ -50,7 +51,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
         RoundingBatch rounding(y);
         detail::split_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
             thread_local std::vector<float> out;
-            float* xr = xhat->data() + r0 * d;
+            float* xr = xhat.get() + r0 * d;
             floats_into(x, r0 * d, (r1 - r0) * d, xr);
             float* o = kernels::detail::result_at(y, r0 * d, (r1 - r0) * d, out);
             for (std::size_t r = r0; r < r1; ++r, xr += d, o += d) {
@@ -72,16 +73,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
         record(y, {&x, &gamma, &beta}, [gamma, xhat, rstd, rows, d, shape = x.shape()](const Tensor& dy) {
             const std::vector<float> gs = gamma.to_floats();
             const Dtype t = gamma.dtype();
-            std::vector<float> dys(dy.size());
+            const auto dys = std::make_unique_for_overwrite<float[]>(dy.size()); // every block writes its rows
             Tensor dx = Tensor::uninitialized(shape, t);
             {
                 RoundingBatch rounding(dx);
                 detail::split_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
                     thread_local std::vector<float> out, gx;
                     gx.resize(d);
-                    float* dyr = dys.data() + r0 * d;
+                    float* dyr = dys.get() + r0 * d;
                     floats_into(dy, r0 * d, (r1 - r0) * d, dyr);
-                    const float* xr = xhat->data() + r0 * d;
+                    const float* xr = xhat.get() + r0 * d;
                     float* o = kernels::detail::result_at(dx, r0 * d, (r1 - r0) * d, out);
                     for (std::size_t r = r0; r < r1; ++r, dyr += d, xr += d, o += d) {
                         float mean_g = 0, mean_gx = 0;
@@ -101,8 +102,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
             std::vector<float> dgamma(d, 0.0f), dbeta(d, 0.0f);
             detail::split(d, 16, [&](std::size_t j0, std::size_t j1) {
                 for (std::size_t r = 0; r < rows; ++r) {
-                    const float* dyr = dys.data() + r * d;
-                    const float* xr = xhat->data() + r * d;
+                    const float* dyr = dys.get() + r * d;
+                    const float* xr = xhat.get() + r * d;
                     for (std::size_t j = j0; j < j1; ++j) {
                         dgamma[j] += dyr[j] * xr[j];
                         dbeta[j] += dyr[j];
