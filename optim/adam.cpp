@@ -1,7 +1,6 @@
 #include <mixprec/optim/adam.hpp>
 
-#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
-#include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/optim/detail/in_pieces.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -37,9 +36,6 @@ std::vector<std::string> Adam::slot_names() const {
 }
 
 namespace {
-
-/// Elements per thread at least (128 KiB of weights): smaller variables are updated on one thread.
-constexpr std::size_t min_piece = std::size_t{1} << 15;
 
 /// The Adam update of n elements: m ← m + (1−β₁)(g − m), v ← β₂v + (1−β₂)g², then
 /// w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
@@ -80,12 +76,9 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
     float* const m = slot(0, index).data();
     float* const v = slot(1, index).data();
     float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
-    // elementwise, so any split gives the same bits: large variables on every thread
-    autodiff::detail::split(w.size(), min_piece, [&](std::size_t lo, std::size_t hi) {
-        autodiff::detail::vectorized([&] {
-            adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, c1, b2, c2,
-                      options_.epsilon, step_size, bc2_sqrt, decay);
-        });
+    detail::in_pieces(w.size(), [&](std::size_t lo, std::size_t hi) {
+        adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, c1, b2, c2,
+                  options_.epsilon, step_size, bc2_sqrt, decay);
     });
 }
 

@@ -1,7 +1,6 @@
 #include <mixprec/optim/sgd.hpp>
 
-#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
-#include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/optim/detail/in_pieces.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -33,9 +32,6 @@ std::vector<std::string> SGD::slot_names() const {
 
 namespace {
 
-/// Elements per thread at least (128 KiB of weights): smaller variables are updated on one thread.
-constexpr std::size_t min_piece = std::size_t{1} << 15;
-
 /// One SGD step over n elements (see sgd.hpp for the rule): g' = g + wd·w; b = g' on the first step, else
 /// μ·b + g'; w -= lr · (nesterov ? g' + μ·b : b); without momentum (b == nullptr) w -= lr · g'. Vectorized
 /// like the Adam loop, with the same rounding at every width.
@@ -58,12 +54,9 @@ constexpr std::size_t min_piece = std::size_t{1} << 15;
 void SGD::update(std::size_t index, std::span<float> w, std::span<const float> grad, float lr, std::int64_t step) {
     const float mu = options_.momentum;
     float* const b = mu == 0 ? nullptr : slot(0, index).data();
-    // elementwise, so any split gives the same bits: large variables on every thread
-    autodiff::detail::split(w.size(), min_piece, [&](std::size_t lo, std::size_t hi) {
-        autodiff::detail::vectorized([&] {
-            sgd_loop(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, lr, mu, options_.weight_decay,
-                     step == 1, options_.nesterov);
-        });
+    detail::in_pieces(w.size(), [&](std::size_t lo, std::size_t hi) {
+        sgd_loop(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, lr, mu, options_.weight_decay,
+                 step == 1, options_.nesterov);
     });
 }
 
