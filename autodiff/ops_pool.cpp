@@ -255,17 +255,18 @@ Tensor max_pool2d(const Tensor& x, std::array<std::size_t, 2> kernel, std::array
         throw shape_error("max_pool2d: input " + x.shape().to_string() + " has more than 2^32 - 1 elements");
     const std::size_t out = g.ho * g.wo;
     // The argmax of every window, found once: the backward pass routes the gradient through the same indices.
-    auto idx = std::make_shared<std::vector<std::uint32_t>>(g.planes * out);
+    // Not zeroed first (the forward pass writes every one; zeroing was a pass on one thread).
+    std::shared_ptr<std::uint32_t[]> idx = std::make_shared_for_overwrite<std::uint32_t[]>(g.planes * out);
     const Tensor y = pool_forward(g, x, [&](std::size_t first, std::size_t planes, const float* xf, float* v) {
         // at the vector width of the level in use; y exact: elements of x
-        detail::vectorized([&] { argmax(g, xf, first, planes, idx->data() + first * out, v); });
+        detail::vectorized([&] { argmax(g, xf, first, planes, idx.get() + first * out, v); });
     });
     if (should_record({&x}))
         record(y, {&x}, [g, shape = x.shape(), dtype = x.dtype(), idx = std::move(idx)](const Tensor& dy) {
             const std::size_t in = g.h * g.w, out = g.ho * g.wo;
             return Gradients{pool_backward(
                 g, shape, dtype, dy, [&](std::size_t first, std::size_t planes, const float* d, float* v) {
-                    const std::uint32_t* at = idx->data() + first * out;
+                    const std::uint32_t* at = idx.get() + first * out;
                     if (g.two_by_two()) {
                         detail::vectorized([&] { gradient_2x2(g, at, d, first, planes, v); });
                         return;
