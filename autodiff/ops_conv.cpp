@@ -197,9 +197,15 @@ T* scratch(std::size_t slot, std::size_t n) {
     return pool[slot].data();
 }
 
-/// ReLU as relu() computes it (NaN kept, -0 to +0), and its gradient: g where y > 0, else g · 0.
+/// ReLU as relu() computes it (NaN kept, -0 to +0).
 inline float relu_of(float v) { return v > 0.0f || v != v ? v : 0.0f; }
-inline float relu_gradient(float g, float y) { return g * (y > 0.0f ? 1.0f : 0.0f); }
+
+/// The backward pass of a fused ReLU keeps its derivative at the forward's outputs y, as rounded: 1 where
+/// y > 0, else 0 (NaN included), in float8_e4m3, one byte an element and exact, instead of y itself (a
+/// quarter of y's bytes to read again for float32, and y is not kept alive for it). The gradient is then
+/// g · derivative: g where y > 0, else g · 0, the bits of relu()'s gradient.
+constexpr std::uint8_t relu_one = float8_e4m3(1.0f).bits();
+inline float relu_gradient(float g, std::uint8_t derivative) { return g * (derivative != 0 ? 1.0f : 0.0f); }
 
 /// Elements [at, at + n) of t as T: t's own when it holds T, else (T is float) widened into this thread's
 /// scratch `slot`: the float32 im2col route widens other dtypes image by image, on the thread that works
@@ -252,12 +258,25 @@ void commit(Tensor& t, std::size_t at, const float* v, std::size_t n, RoundingBa
         narrow(v, static_cast<std::byte*>(t.raw()) + at * size_of(t.dtype()), n, t.dtype(), batch);
 }
 
+/// The ReLU's derivative at y's elements [at, at + n), as rounded, into derivative[at, at + n) (null: not
+/// wanted). Run on the thread that has just written those elements, while they are in its cache.
+[[gnu::always_inline]] inline void relu_derivative_of(const float* __restrict v, std::uint8_t* __restrict d,
+                                                      std::size_t n) {
+    // restrict: byte stores may alias anything, and would reload v, d and n on every element
+    for (std::size_t i = 0; i < n; ++i) d[i] = v[i] > 0.0f ? relu_one : std::uint8_t{0};
+}
+void relu_derivative(const Tensor& y, std::size_t at, std::size_t n, std::uint8_t* derivative) {
+    if (!derivative) return;
+    const float* v = elements_as<float>(y, at, n, widened_y);
+    detail::vectorized([&] { relu_derivative_of(v, derivative + at, n); });
+}
+
 /// The last pass over the oneDNN route's float32 results `wide` (from workspace(t, ...)), on every thread,
 /// image by image at the level's vector width: finish(an image's values), then t's elements of that
-/// image rounded once from them. One thread for a whole tensor left the other waiting (the first cnn
-/// layer's output is 11 MB in float32).
+/// image rounded once from them, and the ReLU's derivative at them into relu_d (null: not wanted). One
+/// thread for a whole tensor left the other waiting (the first cnn layer's output is 11 MB in float32).
 template <class Finish>
-void finish_images(Tensor& t, float* wide, std::size_t images, Finish finish) {
+void finish_images(Tensor& t, float* wide, std::size_t images, std::uint8_t* relu_d, Finish finish) {
     const std::size_t per_image = images > 0 ? t.size() / images : 0;
     RoundingBatch rounding(t);
     detail::split_blocks(images, per_image, [&](std::size_t first, std::size_t end) {
@@ -265,6 +284,7 @@ void finish_images(Tensor& t, float* wide, std::size_t images, Finish finish) {
             float* v = wide + n * per_image;
             detail::vectorized([&] { finish(v); });
             commit(t, n * per_image, v, per_image, rounding);
+            relu_derivative(t, n * per_image, per_image, relu_d);
         }
     });
 }
@@ -294,7 +314,7 @@ void over_batch(const geometry& g, Part part) {
 
 template <class T>
 void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, float alpha, Tensor& y,
-             bool onednn_sgemm) {
+             std::uint8_t* relu_d, bool onednn_sgemm) {
     RoundingBatch rounding(y);
     over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
         const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
@@ -317,16 +337,46 @@ void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, 
                     }
                 }
                 commit(y, (n0 + b) * g.o * l, dst, g.o * l, rounding);
+                relu_derivative(y, (n0 + b) * g.o * l, g.o * l, relu_d);
             }
         }
     });
+}
+
+/// Partial sums of copy_summing: element i of a run goes into sum i mod 16, and the 16 are folded
+/// pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1): one order at every level (a vector of AVX-512, two of AVX2,
+/// four of SSE). A single running sum is a chain of dependent additions, one per 4 cycles, that no
+/// level can vectorize; it held the bias gradient of the cnn's first layer (11 MB of dy) to that pace.
+constexpr std::size_t sum_lanes = 16;
+
+/// dst[0, n) = dy[0, n), times the ReLU's derivative (relu_gradient: exact, dy or a zero) when `masked`,
+/// and the float32 sum of dst in the order above.
+template <bool masked, class T>
+float copy_summing(const T* __restrict dy, const std::uint8_t* __restrict derivative, T* __restrict dst,
+                   std::size_t n) {
+    float sums[sum_lanes] = {};
+    const auto put = [&](std::size_t i, std::size_t lane) {
+        if constexpr (masked) {
+            dst[i] = T(relu_gradient(static_cast<float>(dy[i]), derivative[i]));
+        } else {
+            dst[i] = dy[i];
+        }
+        sums[lane] += static_cast<float>(dst[i]);
+    };
+    std::size_t i = 0;
+    for (; i + sum_lanes <= n; i += sum_lanes)
+        for (std::size_t lane = 0; lane < sum_lanes; ++lane) put(i + lane, lane);
+    for (std::size_t lane = 0; i + lane < n; ++lane) put(i + lane, lane);
+    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2)
+        for (std::size_t lane = 0; lane < half; ++lane) sums[lane] += sums[lane + half];
+    return sums[0];
 }
 
 struct conv_grads {
     Tensor* dx;           // (N, C, H, W), or null when not wanted
     float *dw, *db;       // (O, C·kh·kw), (O) or null
     float dx_alpha;       // dx's sums are multiplied by this before they are rounded
-    const Tensor* relu_y; // the forward's output when it applied ReLU: dy is masked by y > 0 (else null)
+    const Tensor* relu_d; // the ReLU's derivative when the forward applied one: dy is multiplied by it
 };
 
 template <class T>
@@ -347,24 +397,14 @@ void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, 
             for (std::size_t b = 0; b < nb; ++b) {
                 const std::size_t at = (n0 + b) * g.o * l;
                 const T* dyb = elements_as<T>(dy, at, g.o * l, widened_other);
-                const T* yb = d.relu_y ? elements_as<T>(*d.relu_y, at, g.o * l, widened_y) : nullptr;
-                for (std::size_t o = 0; o < g.o; ++o) { // dY as (O, nb·L), summing dbias on the way
-                    const T* src = dyb + o * l;
-                    T* dst = dyp + o * row + b * l;
-                    float s = 0;
-                    if (yb) {
-                        for (std::size_t i = 0; i < l; ++i) { // exact: dy or a zero
-                            dst[i] = T(relu_gradient(static_cast<float>(src[i]), static_cast<float>(yb[o * l + i])));
-                            s += static_cast<float>(dst[i]);
-                        }
-                    } else {
-                        for (std::size_t i = 0; i < l; ++i) {
-                            dst[i] = src[i];
-                            s += static_cast<float>(src[i]);
-                        }
+                const std::uint8_t* rd = d.relu_d ? static_cast<const std::uint8_t*>(d.relu_d->raw()) + at : nullptr;
+                detail::vectorized([&] { // dY as (O, nb·L), summing dbias on the way
+                    for (std::size_t o = 0; o < g.o; ++o) {
+                        T* dst = dyp + o * row + b * l;
+                        db[o] += rd ? copy_summing<true>(dyb + o * l, rd + o * l, dst, l)
+                                    : copy_summing<false>(dyb + o * l, rd, dst, l);
                     }
-                    db[o] += s;
-                }
+                });
                 im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
             }
             gemm(g.o, k, row, false, true, dyp, cols, dw_chunk, onednn_sgemm); // dY · colsᵀ
@@ -437,9 +477,9 @@ const void* onednn_operand(const Tensor& t, route r, std::size_t slot) {
 }
 
 /// The forward pass on route r: y = alpha · (w ⊛ x) + bias in `out`, every sum in float32 and each
-/// result rounded once.
-Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w, const float* b, float alpha,
-                   Dtype out) {
+/// result rounded once; with g.opt.relu, the ReLU's derivative at y in relu_d's bytes (null: not wanted).
+Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w, const float* b, float alpha, Dtype out,
+                   std::uint8_t* relu_d) {
     Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, out);
     switch (r) {
     case route::onednn_bf16:
@@ -448,7 +488,7 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
                                     onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
         if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // oneDNN wrote y
-        finish_images(y, wide, g.n, [&](float* v) {
+        finish_images(y, wide, g.n, relu_d, [&](float* v) {
             if (alpha != 1.0f) // the bias after the scale, as on the im2col route
                 for (std::size_t o = 0; o < g.o; ++o) {
                     const float add = b ? b[o] : 0.0f;
@@ -460,28 +500,28 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         break;
     }
     case route::im2col_bf16:
-        forward(g, x, w.data<bfloat16>().data(), b, alpha, y, false);
+        forward(g, x, w.data<bfloat16>().data(), b, alpha, y, relu_d, false);
         break;
     case route::im2col_f32:
     case route::im2col_f32_onednn:
-        forward(g, x, floats_of(w, widened_w), b, alpha, y, r == route::im2col_f32_onednn);
+        forward(g, x, floats_of(w, widened_w), b, alpha, y, relu_d, r == route::im2col_f32_onednn);
         break;
     }
     return y;
 }
 
-/// dy masked by y > 0: the gradient of a ReLU applied to the forward's results, as a tensor of its own
-/// (the im2col route masks dy as it copies it instead).
-Tensor relu_masked(const Tensor& dy, const Tensor& y) {
-    return kernels::detail::zip(dy, y, dy.dtype(), [](float g, float v) { return relu_gradient(g, v); });
+/// dy times the ReLU's derivative d (relu_derivative): the gradient of a ReLU applied to the forward's
+/// results, as a tensor of its own (the im2col route masks dy as it copies it instead).
+Tensor relu_masked(const Tensor& dy, const Tensor& d) {
+    return kernels::detail::zip(dy, d, dy.dtype(), [](float g, float one_or_zero) { return g * one_or_zero; });
 }
 
 /// The backward pass on route r for the output gradient dy: {dx (when the tape wants it) in dx_dtype, dw
 /// in dw_dtype, and dbias from dy when `bias`}, the sums of dx and dw multiplied by dx_alpha and dw_alpha
-/// before their one rounding. With `relu_y` (the forward's output, when it applied ReLU), dy is first
-/// masked by relu_y > 0.
+/// before their one rounding. With `relu_d` (the ReLU's derivative, when the forward applied one), dy is
+/// first multiplied by it.
 Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
-                       Dtype dx_dtype, Dtype dw_dtype, const Tensor* relu_y, float dx_alpha = 1.0f,
+                       Dtype dx_dtype, Dtype dw_dtype, const Tensor* relu_d, float dx_alpha = 1.0f,
                        float dw_alpha = 1.0f) {
     // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
     std::optional<Tensor> dx;
@@ -489,17 +529,17 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     float_result dw(w.shape(), dw_dtype);
     std::optional<float_result> db;
     if (bias) db.emplace(Shape{g.o}, dw_dtype);
-    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha, relu_y};
+    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha, relu_d};
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
         float* wide = dx ? workspace(*dx, 0, dx->size(), false) : nullptr;
-        const Tensor dz = relu_y ? relu_masked(dy, *relu_y) : dy;
+        const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
         detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
                                      onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), wide,
                                      dw.data, db ? db->data : nullptr);
         if (dx && (dx_alpha != 1.0f || dx->dtype() != Dtype::float32))
-            finish_images(*dx, wide, g.n, [&](float* v) {
+            finish_images(*dx, wide, g.n, nullptr, [&](float* v) {
                 if (dx_alpha != 1.0f)
                     for (std::size_t i = 0; i < g.c * g.h * g.w; ++i) v[i] *= dx_alpha;
             });
@@ -546,15 +586,28 @@ auto run_on(const std::optional<route>& pinned, const std::string& pass, const g
     return pinned ? run(*pinned) : run_measured(pass, g, dtype, run);
 }
 
-/// Records y = conv(x, w, bias) on the tape when it wants it, with its backward `grads`.
+/// Whether a tape will record a convolution of x, w and bias.
+bool conv_recorded(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias) {
+    return bias ? should_record({&x, &w, &*bias}) : should_record({&x, &w});
+}
+
+/// Records y = conv(x, w, bias) on the tape (conv_recorded), with its backward `grads`.
 template <class Grads>
 void record_conv(const Tensor& y, const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Grads grads) {
     if (bias) {
-        if (should_record({&x, &w, &*bias})) record(y, {&x, &w, &*bias}, std::move(grads));
-    } else if (should_record({&x, &w})) {
+        record(y, {&x, &w, &*bias}, std::move(grads));
+    } else {
         record(y, {&x, &w}, std::move(grads));
     }
 }
+
+/// Room for the ReLU's derivative at the outputs of a convolution that applies one and is recorded (none
+/// otherwise), and its bytes for run_forward.
+std::optional<Tensor> relu_derivative_for(const geometry& g, bool recorded) {
+    if (!g.opt.relu || !recorded) return std::nullopt;
+    return Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, Dtype::float8_e4m3);
+}
+std::uint8_t* bytes_of(std::optional<Tensor>& d) { return d ? static_cast<std::uint8_t*>(d->raw()) : nullptr; }
 
 /// Σ_{n,i,j} dy[n, o, i, j] for each output channel o, in float32, rounded once into `dtype`.
 Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
@@ -576,12 +629,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
     const geometry g = check(x, w, bias, options);
     const std::optional<route> pinned = pinned_route(g, x.dtype(), options.backend);
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
-    const auto forward_on = [&](route on) { return run_forward(g, on, x, w, b, 1.0f, x.dtype()); };
+    const bool recorded = conv_recorded(x, w, bias);
+    std::optional<Tensor> relu_d = relu_derivative_for(g, recorded);
+    const auto forward_on = [&](route on) { return run_forward(g, on, x, w, b, 1.0f, x.dtype(), bytes_of(relu_d)); };
     const Tensor y = run_on(pinned, "forward", g, x.dtype(), forward_on);
-    const auto grads = [x, w, has_bias = bias.has_value(), g, pinned,
-                        relu_y = options.relu ? y : Tensor()](const Tensor& dy) {
+    if (!recorded) return y;
+    const auto grads = [x, w, has_bias = bias.has_value(), g, pinned, relu_d](const Tensor& dy) {
         const auto backward_on = [&](route on) {
-            return run_backward(g, on, x, w, dy, has_bias, x.dtype(), w.dtype(), g.opt.relu ? &relu_y : nullptr);
+            return run_backward(g, on, x, w, dy, has_bias, x.dtype(), w.dtype(), relu_d ? &*relu_d : nullptr);
         };
         return run_on(pinned, "backward", g, x.dtype(), backward_on);
     };
@@ -596,13 +651,16 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
                              qw = detail::fp8_operand(w, casts.kernel, "conv2d_fp8", "kernel");
     const std::optional<route> pinned = pinned_route(g, qx.q.dtype(), options.backend); // FP8: a float32 route
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
+    const bool recorded = conv_recorded(x, w, bias);
+    std::optional<Tensor> relu_d = relu_derivative_for(g, recorded);
     const auto forward_on = [&](route on) {
-        return run_forward(g, on, qx.q, qw.q, b, qx.inverse * qw.inverse, x.dtype());
+        return run_forward(g, on, qx.q, qw.q, b, qx.inverse * qw.inverse, x.dtype(), bytes_of(relu_d));
     };
     const Tensor y = run_on(pinned, "forward", g, qx.q.dtype(), forward_on);
+    if (!recorded) return y;
     const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, pinned, x_dtype = x.dtype(),
-                        w_dtype = w.dtype(), relu_y = options.relu ? y : Tensor()](const Tensor& output_grad) {
-        const Tensor dy = g.opt.relu ? relu_masked(output_grad, relu_y) : output_grad; // before the FP8 cast
+                        w_dtype = w.dtype(), relu_d](const Tensor& output_grad) {
+        const Tensor dy = relu_d ? relu_masked(output_grad, *relu_d) : output_grad; // before the FP8 cast
         Gradients result(has_bias ? 3 : 2);
         if (has_bias && gradient_needed(2)) result[2] = bias_gradient(g, dy, w_dtype); // from dy, not its cast
         if (!gradient_needed(0) && !gradient_needed(1)) return result;
