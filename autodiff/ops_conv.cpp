@@ -110,20 +110,28 @@ void for_each_tap(const geometry& g, std::size_t row, std::size_t b, Visit visit
         }
 }
 
-/// dst[0, n) = src[0, n) for the short runs of im2col: 16-byte moves, the last one overlapping the one
+/// dst[0, n) = src[0, n) for the short runs of im2col: moves of v bytes, the last one overlapping the one
 /// before (a memcpy call, or an element loop, costs more).
-template <class T>
-void copy_short(const T* src, T* dst, std::size_t n) {
-    constexpr std::size_t v = 16;
-    const std::size_t bytes = n * sizeof(T);
-    if (bytes < v) {
-        std::copy_n(src, n, dst);
-        return;
-    }
-    const auto* from = reinterpret_cast<const std::byte*>(src);
-    auto* to = reinterpret_cast<std::byte*>(dst);
+template <std::size_t v>
+[[gnu::always_inline]] inline void copy_in_moves(const std::byte* from, std::byte* to, std::size_t bytes) {
     for (std::size_t i = 0; i + v < bytes; i += v) std::memcpy(to + i, from + i, v);
     std::memcpy(to + bytes - v, from + bytes - v, v);
+}
+/// 32-byte moves (one vector at the AVX2 and AVX-512 levels, where im2col runs with detail::vectorized:
+/// 16% fewer samples in im2col than 16-byte ones for the cnn's 11-element rows), 16-byte ones below 32
+/// bytes.
+template <class T>
+[[gnu::always_inline]] inline void copy_short(const T* src, T* dst, std::size_t n) {
+    const std::size_t bytes = n * sizeof(T);
+    const auto* from = reinterpret_cast<const std::byte*>(src);
+    auto* to = reinterpret_cast<std::byte*>(dst);
+    if (bytes >= 32) {
+        copy_in_moves<32>(from, to, bytes);
+    } else if (bytes >= 16) {
+        copy_in_moves<16>(from, to, bytes);
+    } else {
+        std::copy_n(src, n, dst);
+    }
 }
 
 /// Image b of the chunk into its columns of cols (zeros for padding), copying elements exactly.
@@ -323,7 +331,8 @@ void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, 
         for (std::size_t n0 = lo; n0 < hi; n0 += most) {
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
             for (std::size_t b = 0; b < nb; ++b)
-                im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
+                detail::vectorized(
+                    [&] { im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols); });
             gemm(g.o, row, k, false, false, w, cols, prod, onednn_sgemm); // (O, nb·L) = w · cols
             for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = alpha · prod[:, b·L : (b+1)·L] + bias, rounded once
                 float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
@@ -405,7 +414,8 @@ void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, 
                                     : copy_summing<false>(dyb + o * l, rd, dst, l);
                     }
                 });
-                im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols);
+                detail::vectorized(
+                    [&] { im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols); });
             }
             gemm(g.o, k, row, false, true, dyp, cols, dw_chunk, onednn_sgemm); // dY · colsᵀ
             for (std::size_t i = 0; i < g.o * k; ++i) dw[i] += dw_chunk[i];
@@ -413,7 +423,7 @@ void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, 
             gemm(k, row, g.o, true, false, w, dyp, dcols, onednn_sgemm); // wᵀ · dY
             for (std::size_t b = 0; b < nb; ++b) {
                 float* dx = workspace(*d.dx, (n0 + b) * image, image, true);
-                col2im(g, dcols, row, b, dx);
+                detail::vectorized([&] { col2im(g, dcols, row, b, dx); });
                 if (d.dx_alpha != 1.0f)
                     for (std::size_t i = 0; i < image; ++i) dx[i] *= d.dx_alpha;
                 commit(*d.dx, (n0 + b) * image, dx, image, rounding);
