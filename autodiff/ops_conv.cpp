@@ -1,6 +1,8 @@
 #include <mixprec/autodiff/ops_conv.hpp>
 
 #include <mixprec/autodiff/detail/fp8_cast.hpp>
+#include <mixprec/autodiff/detail/pool_2x2.hpp>
+#include <mixprec/autodiff/ops_pool.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
@@ -15,7 +17,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -195,12 +200,20 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, bool ta, bool tb, const T
 }
 
 /// Per-thread scratch reused across calls (large fresh allocations cost a page fault per 4 KiB). Slots
-/// 0-3 hold the work buffers of forward/backward, 4-6 and 8 widened inputs, 7 one image's float32 result.
-enum slot : std::size_t { widened_x = 4, widened_w = 5, widened_other = 6, image_result = 7, widened_y = 8 };
+/// 0-3 hold the work buffers of forward/backward, 4-6 and 8 widened inputs, 7 one image's float32 result,
+/// 9 one plane's pooled gradient (conv2d_max_pool).
+enum slot : std::size_t {
+    widened_x = 4,
+    widened_w = 5,
+    widened_other = 6,
+    image_result = 7,
+    widened_y = 8,
+    pooled_gradient = 9
+};
 
 template <class T>
 T* scratch(std::size_t slot, std::size_t n) {
-    thread_local std::array<std::vector<T>, 9> pool;
+    thread_local std::array<std::vector<T>, 10> pool;
     if (pool[slot].size() < n) pool[slot].resize(n);
     return pool[slot].data();
 }
@@ -320,10 +333,23 @@ void over_batch(const geometry& g, Part part) {
     }
 }
 
-template <class T>
-void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, float alpha, Tensor& y,
-             std::uint8_t* relu_d, bool onednn_sgemm) {
-    RoundingBatch rounding(y);
+/// Where the im2col forward pass puts an image's results: values(n) is room for image n's float32 results,
+/// which done(n, values) then takes. Here, into y (rounded once) and the ReLU's derivative.
+struct into_tensor {
+    Tensor& y;
+    std::uint8_t* relu_d; // null: not wanted
+    std::size_t per_image;
+    RoundingBatch rounding{y};
+    float* values(std::size_t n) { return workspace(y, n * per_image, per_image, false); }
+    void done(std::size_t n, const float* v) {
+        commit(y, n * per_image, v, per_image, rounding);
+        relu_derivative(y, n * per_image, per_image, relu_d);
+    }
+};
+
+template <class T, class Images>
+void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, float alpha, bool onednn_sgemm,
+             Images& images) {
     over_batch(g, [&](std::size_t, std::size_t lo, std::size_t hi) {
         const std::size_t k = g.k(), l = g.l(), most = chunk_size(g, lo, hi), image = g.c * g.h * g.w;
         T* cols = scratch<T>(0, k * most * l);
@@ -335,61 +361,86 @@ void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, 
                     [&] { im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols); });
             gemm(g.o, row, k, false, false, w, cols, prod, onednn_sgemm); // (O, nb·L) = w · cols
             for (std::size_t b = 0; b < nb; ++b) { // y[n0 + b] = alpha · prod[:, b·L : (b+1)·L] + bias, rounded once
-                float* dst = workspace(y, (n0 + b) * g.o * l, g.o * l, false);
-                for (std::size_t o = 0; o < g.o; ++o) {
-                    const float* src = prod + o * row + b * l;
-                    const float add = bias ? bias[o] : 0.0f;
-                    if (g.opt.relu) {
-                        for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = relu_of(src[i] * alpha + add);
-                    } else {
-                        for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] * alpha + add;
+                float* dst = images.values(n0 + b);
+                detail::vectorized([&] {
+                    for (std::size_t o = 0; o < g.o; ++o) {
+                        const float* src = prod + o * row + b * l;
+                        const float add = bias ? bias[o] : 0.0f;
+                        if (g.opt.relu) {
+                            for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = relu_of(src[i] * alpha + add);
+                        } else {
+                            for (std::size_t i = 0; i < l; ++i) dst[o * l + i] = src[i] * alpha + add;
+                        }
                     }
-                }
-                commit(y, (n0 + b) * g.o * l, dst, g.o * l, rounding);
-                relu_derivative(y, (n0 + b) * g.o * l, g.o * l, relu_d);
+                });
+                images.done(n0 + b, dst);
             }
         }
     });
 }
 
-/// Partial sums of copy_summing: element i of a run goes into sum i mod 16, and the 16 are folded
+/// Partial sums of sum_in_lanes: element i of a run goes into sum i mod 16, and the 16 are folded
 /// pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1): one order at every level (a vector of AVX-512, two of AVX2,
 /// four of SSE). A single running sum is a chain of dependent additions, one per 4 cycles, that no
 /// level can vectorize; it held the bias gradient of the cnn's first layer (11 MB of dy) to that pace.
 constexpr std::size_t sum_lanes = 16;
+
+/// The float32 sum of value(i) for i in [0, n), in the order above.
+template <class Value>
+[[gnu::always_inline]] inline float sum_in_lanes(std::size_t n, Value value) {
+    float sums[sum_lanes] = {};
+    std::size_t i = 0;
+    for (; i + sum_lanes <= n; i += sum_lanes)
+        for (std::size_t lane = 0; lane < sum_lanes; ++lane) sums[lane] += value(i + lane);
+    for (std::size_t lane = 0; i + lane < n; ++lane) sums[lane] += value(i + lane);
+    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2)
+        for (std::size_t lane = 0; lane < half; ++lane) sums[lane] += sums[lane + half];
+    return sums[0];
+}
 
 /// dst[0, n) = dy[0, n), times the ReLU's derivative (relu_gradient: exact, dy or a zero) when `masked`,
 /// and the float32 sum of dst in the order above.
 template <bool masked, class T>
 float copy_summing(const T* __restrict dy, const std::uint8_t* __restrict derivative, T* __restrict dst,
                    std::size_t n) {
-    float sums[sum_lanes] = {};
-    const auto put = [&](std::size_t i, std::size_t lane) {
+    return sum_in_lanes(n, [&](std::size_t i) {
         if constexpr (masked) {
             dst[i] = T(relu_gradient(static_cast<float>(dy[i]), derivative[i]));
         } else {
             dst[i] = dy[i];
         }
-        sums[lane] += static_cast<float>(dst[i]);
-    };
-    std::size_t i = 0;
-    for (; i + sum_lanes <= n; i += sum_lanes)
-        for (std::size_t lane = 0; lane < sum_lanes; ++lane) put(i + lane, lane);
-    for (std::size_t lane = 0; i + lane < n; ++lane) put(i + lane, lane);
-    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2)
-        for (std::size_t lane = 0; lane < half; ++lane) sums[lane] += sums[lane + half];
-    return sums[0];
+        return static_cast<float>(dst[i]);
+    });
 }
 
-struct conv_grads {
-    Tensor* dx;           // (N, C, H, W), or null when not wanted
-    float *dw, *db;       // (O, C·kh·kw), (O) or null
-    float dx_alpha;       // dx's sums are multiplied by this before they are rounded
-    const Tensor* relu_d; // the ReLU's derivative when the forward applied one: dy is multiplied by it
+/// Where the im2col backward pass gets an image's output gradient: put(n, dst, row, db) writes image n's
+/// planes of dY at dst + o·row (o < O) and adds each plane's sum to db[o]. Here, from the tensor dy,
+/// times the ReLU's derivative when the forward applied one (relu_d, else null).
+template <class T>
+struct from_tensor {
+    const geometry& g;
+    const Tensor& dy;
+    const Tensor* relu_d;
+    void put(std::size_t n, T* dst, std::size_t row, float* db) const {
+        const std::size_t l = g.l(), at = n * g.o * l;
+        const T* dyb = elements_as<T>(dy, at, g.o * l, widened_other);
+        const std::uint8_t* rd = relu_d ? static_cast<const std::uint8_t*>(relu_d->raw()) + at : nullptr;
+        detail::vectorized([&] {
+            for (std::size_t o = 0; o < g.o; ++o)
+                db[o] += rd ? copy_summing<true>(dyb + o * l, rd + o * l, dst + o * row, l)
+                            : copy_summing<false>(dyb + o * l, rd, dst + o * row, l);
+        });
+    }
 };
 
-template <class T>
-void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, conv_grads d, bool onednn_sgemm) {
+struct conv_grads {
+    Tensor* dx;     // (N, C, H, W), or null when not wanted
+    float *dw, *db; // (O, C·kh·kw), (O) or null
+    float dx_alpha; // dx's sums are multiplied by this before they are rounded
+};
+
+template <class T, class Source>
+void backward(const geometry& g, const Tensor& x, const T* w, const Source& source, conv_grads d, bool onednn_sgemm) {
     const std::size_t k = g.k(), l = g.l(), image = g.c * g.h * g.w, sums = g.o * k + g.o;
     // Each thread sums its images' dw and dbias into its own slice; the slices are added in thread order.
     std::vector<float> partial(sums * static_cast<std::size_t>(omp_get_max_threads()), 0.0f);
@@ -404,16 +455,7 @@ void backward(const geometry& g, const Tensor& x, const T* w, const Tensor& dy, 
         for (std::size_t n0 = lo; n0 < hi; n0 += most) {
             const std::size_t nb = std::min(most, hi - n0), row = nb * l;
             for (std::size_t b = 0; b < nb; ++b) {
-                const std::size_t at = (n0 + b) * g.o * l;
-                const T* dyb = elements_as<T>(dy, at, g.o * l, widened_other);
-                const std::uint8_t* rd = d.relu_d ? static_cast<const std::uint8_t*>(d.relu_d->raw()) + at : nullptr;
-                detail::vectorized([&] { // dY as (O, nb·L), summing dbias on the way
-                    for (std::size_t o = 0; o < g.o; ++o) {
-                        T* dst = dyp + o * row + b * l;
-                        db[o] += rd ? copy_summing<true>(dyb + o * l, rd + o * l, dst, l)
-                                    : copy_summing<false>(dyb + o * l, rd, dst, l);
-                    }
-                });
+                source.put(n0 + b, dyp + b * l, row, db); // dY as (O, nb·L), summing dbias on the way
                 detail::vectorized(
                     [&] { im2col(g, elements_as<T>(x, (n0 + b) * image, image, widened_x), row, b, cols); });
             }
@@ -509,13 +551,17 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         });
         break;
     }
-    case route::im2col_bf16:
-        forward(g, x, w.data<bfloat16>().data(), b, alpha, y, relu_d, false);
+    case route::im2col_bf16: {
+        into_tensor images{y, relu_d, g.o * g.l()};
+        forward(g, x, w.data<bfloat16>().data(), b, alpha, false, images);
         break;
+    }
     case route::im2col_f32:
-    case route::im2col_f32_onednn:
-        forward(g, x, floats_of(w, widened_w), b, alpha, y, relu_d, r == route::im2col_f32_onednn);
+    case route::im2col_f32_onednn: {
+        into_tensor images{y, relu_d, g.o * g.l()};
+        forward(g, x, floats_of(w, widened_w), b, alpha, r == route::im2col_f32_onednn, images);
         break;
+    }
     }
     return y;
 }
@@ -539,7 +585,7 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     float_result dw(w.shape(), dw_dtype);
     std::optional<float_result> db;
     if (bias) db.emplace(Shape{g.o}, dw_dtype);
-    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha, relu_d};
+    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha};
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
@@ -556,11 +602,11 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
         break;
     }
     case route::im2col_bf16:
-        backward(g, x, w.data<bfloat16>().data(), dy, d, false);
+        backward(g, x, w.data<bfloat16>().data(), from_tensor<bfloat16>{g, dy, relu_d}, d, false);
         break;
     case route::im2col_f32:
     case route::im2col_f32_onednn:
-        backward(g, x, floats_of(w, widened_w), dy, d, r == route::im2col_f32_onednn);
+        backward(g, x, floats_of(w, widened_w), from_tensor<float>{g, dy, relu_d}, d, r == route::im2col_f32_onednn);
         break;
     }
     if (dw_alpha != 1.0f)
@@ -633,6 +679,59 @@ Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
     return db.finish();
 }
 
+/// The images of conv2d_max_pool's forward pass: each image's float32 results (this thread's scratch,
+/// never written whole) pooled in 2×2 windows into y, each window's argmax into idx (an index into the
+/// convolution's output, as max_pool2d keeps it).
+struct pooled_2x2 {
+    const geometry& g;
+    float* y;
+    std::uint32_t* idx;
+    float* values(std::size_t) { return scratch<float>(image_result, g.o * g.l()); }
+    void done(std::size_t n, const float* v) {
+        const std::size_t l = g.l(), ho = g.ho / 2, wo = g.wo / 2, out = ho * wo;
+        detail::vectorized([&] {
+            for (std::size_t o = 0; o < g.o; ++o) {
+                const std::size_t plane = n * g.o + o;
+                for (std::size_t i = 0; i < ho; ++i)
+                    detail::argmax_2x2_row(v + o * l + 2 * i * g.wo, v + o * l + (2 * i + 1) * g.wo, wo,
+                                           static_cast<std::uint32_t>(plane * l + 2 * i * g.wo),
+                                           static_cast<std::uint32_t>(g.wo), idx + plane * out + i * wo,
+                                           y + plane * out + i * wo);
+            }
+        });
+    }
+};
+
+/// The output gradient of conv2d_max_pool's convolution, image by image (a source for backward()): each
+/// plane's windows give their pooled gradient to their argmax, times the ReLU's derivative there (the
+/// pooled y > 0: y at the argmax), and 0 to every other element: what max_pool2d's backward pass and the
+/// ReLU's mask make of it, without writing either whole.
+struct from_pooled {
+    const geometry& g;
+    const float* dy;          // (N, O, Ho/2, Wo/2)
+    const float* y;           // the forward's pooled results
+    const std::uint32_t* idx; // their argmax
+    void put(std::size_t n, float* dst, std::size_t row, float* db) const {
+        const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2);
+        float* masked = scratch<float>(pooled_gradient, out);
+        detail::vectorized([&] {
+            for (std::size_t o = 0; o < g.o; ++o) {
+                const std::size_t plane = n * g.o + o;
+                const float* d = dy + plane * out;
+                if (g.opt.relu) {
+                    const float* yp = y + plane * out;
+                    for (std::size_t j = 0; j < out; ++j)
+                        masked[j] = relu_gradient(0.0f + d[j], yp[j] > 0.0f ? relu_one : std::uint8_t{0});
+                    d = masked;
+                }
+                float* p = dst + o * row;
+                detail::gradient_2x2_plane(idx + plane * out, d, static_cast<std::uint32_t>(plane * l), g.ho, g.wo, p);
+                db[o] += sum_in_lanes(l, [&](std::size_t i) { return p[i]; });
+            }
+        });
+    }
+};
+
 } // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
@@ -682,6 +781,37 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
         Gradients d = run_on(pinned, "backward", g, qx.q.dtype(), backward_on);
         result[0] = std::move(d[0]);
         result[1] = std::move(d[1]);
+        return result;
+    };
+    record_conv(y, x, w, bias, grads);
+    return y;
+}
+
+Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
+    const geometry g = check(x, w, bias, options);
+    const std::optional<route> pinned = pinned_route(g, x.dtype(), options.backend);
+    const bool im2col = pinned && (*pinned == route::im2col_f32 || *pinned == route::im2col_f32_onednn);
+    if (!im2col || x.dtype() != Dtype::float32 || g.ho < 2 || g.wo < 2 ||
+        g.n * g.o * g.l() > std::numeric_limits<std::uint32_t>::max())
+        return max_pool2d(conv2d(x, w, bias, options), {2, 2}, {2, 2}, {0, 0});
+    const bool onednn_sgemm = *pinned == route::im2col_f32_onednn;
+    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho / 2, g.wo / 2}, Dtype::float32);
+    std::shared_ptr<std::uint32_t[]> idx = std::make_shared_for_overwrite<std::uint32_t[]>(y.size());
+    pooled_2x2 images{g, static_cast<float*>(y.raw()), idx.get()};
+    forward(g, x, floats_of(w, widened_w), bias ? floats_of(*bias, widened_other) : nullptr, 1.0f, onednn_sgemm,
+            images);
+    if (!conv_recorded(x, w, bias)) return y;
+    const auto grads = [x, w, has_bias = bias.has_value(), g, onednn_sgemm, y, idx](const Tensor& dy) {
+        std::optional<Tensor> dx;
+        if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), Dtype::float32);
+        float_result dw(w.shape(), Dtype::float32);
+        std::optional<float_result> db;
+        if (has_bias) db.emplace(Shape{g.o}, Dtype::float32);
+        const from_pooled source{g, floats_of(dy, widened_other), static_cast<const float*>(y.raw()), idx.get()};
+        backward(g, x, floats_of(w, widened_w), source, {dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, 1.0f},
+                 onednn_sgemm);
+        Gradients result{dx, dw.finish()};
+        if (db) result.push_back(db->finish());
         return result;
     };
     record_conv(y, x, w, bias, grads);

@@ -94,4 +94,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
 Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, const Fp8DenseCasts& casts,
                   Conv2dOptions options = {});
 
+/// max_pool2d(conv2d(x, w, bias, options), {2, 2}): the convolution followed by max pooling in 2×2
+/// windows with stride 2, bit for bit, with its gradient. On the float32 im2col routes each image's
+/// convolution is pooled while it is in cache, and the backward pass builds the convolution's output
+/// gradient from the pooled one image by image: the convolution's output (11 MB for the cnn's first
+/// layer) and its gradient are never written whole, nor read back. Other routes and dtypes, and measured
+/// routes, run the two ops in turn. Sequential runs a Conv2D and the MaxPool2D after it this way when
+/// nothing else needs the convolution's output (models/training/sequential.hpp).
+Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
+                       Conv2dOptions options = {});
+
 } // namespace mixprec::autodiff

@@ -1,5 +1,6 @@
 #include <mixprec/autodiff/ops_pool.hpp>
 
+#include <mixprec/autodiff/detail/pool_2x2.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
@@ -8,7 +9,6 @@
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -69,106 +69,13 @@ geometry check(const char* op, const Tensor& x, std::array<std::size_t, 2> kerne
     return g;
 }
 
-/// Whether `value` should replace `best` as a window's maximum: larger, or the first NaN (a NaN compares
-/// unequal to itself).
-inline bool better(float value, float best) { return (value > best) | ((value != value) & (best == best)); }
-
-/// better() as a mask, all ones or 0: the 2×2 path picks with it instead of branching, which would
-/// mispredict on every other window of random data.
-inline std::uint32_t replaces(float value, float best) { return 0u - static_cast<std::uint32_t>(better(value, best)); }
-inline float pick(std::uint32_t mask, float a, float b) {
-    return std::bit_cast<float>((mask & std::bit_cast<std::uint32_t>(a)) | (~mask & std::bit_cast<std::uint32_t>(b)));
-}
-
-/// Outputs [0, n) of one output row of argmax for 2×2 windows with stride 2 and no padding (the common
-/// case): rows r0 and r1 of a plane in, window j's index in the plane (plus `base`) and its value out. The
-/// same scan order and NaN rule as the general loop, with fixed bounds and no branches: for a constant n,
-/// GCC turns it into a few vector operations.
-template <std::size_t n>
-[[gnu::always_inline]] inline void argmax_2x2_run(const float* __restrict r0, const float* __restrict r1,
-                                                  std::uint32_t base, std::uint32_t w, std::uint32_t* __restrict out,
-                                                  float* __restrict max) {
-    for (std::size_t j = 0; j < n; ++j) {
-        const float b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
-        float best = r0[2 * j];
-        std::uint32_t offset = 0;
-        std::uint32_t m = replaces(b, best);
-        best = pick(m, b, best);
-        offset = (m & 1u) | (~m & offset);
-        m = replaces(c, best);
-        best = pick(m, c, best);
-        offset = (m & w) | (~m & offset);
-        m = replaces(d, best);
-        max[j] = pick(m, d, best);
-        offset = (m & (w + 1)) | (~m & offset);
-        out[j] = base + static_cast<std::uint32_t>(2 * j) + offset;
-    }
-}
-
-/// run(integral_constant<n>, j) over windows [0, wo) of an output row, in runs of n = 8 (or 4, or 1)
-/// windows starting at j. The rows of the cnn model's pools are short (13 and 5 windows): a loop over wo left
-/// them to scalar code below one vector of AVX-512. Each window's results depend on its own elements only,
-/// so a last run that overlaps the one before writes the same values again.
-template <class Run>
-[[gnu::always_inline]] inline void in_runs(std::size_t wo, Run run) {
-    const auto runs = [&]<std::size_t n>(std::integral_constant<std::size_t, n> width) {
-        for (std::size_t j = 0;; j += n) {
-            j = std::min(j, wo - n); // the last run ends at wo
-            run(width, j);
-            if (j + n == wo) return;
-        }
-    };
-    if (wo >= 8) return runs(std::integral_constant<std::size_t, 8>{});
-    if (wo >= 4) return runs(std::integral_constant<std::size_t, 4>{});
-    for (std::size_t j = 0; j < wo; ++j) run(std::integral_constant<std::size_t, 1>{}, j);
-}
-
-void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std::uint32_t base, std::uint32_t w,
-                    std::uint32_t* out, float* max) {
-    in_runs(wo, [&]<std::size_t n>(std::integral_constant<std::size_t, n>, std::size_t j) {
-        argmax_2x2_run<n>(r0 + 2 * j, r1 + 2 * j, base + static_cast<std::uint32_t>(2 * j), w, out + j, max + j);
-    });
-}
-
-/// The gradient of windows [0, n) of a 2×2 output row (stride 2, no padding) written into rows r0 and r1
-/// of dx: each element is in one window only, so it gets d[j] if it is that window's argmax (index at[j],
-/// window j starting at base + 2j) and 0 if not. 0 + d[j] rather than d[j]: the same bits as summing into
-/// zeros (a −0 gradient lands as +0).
-template <std::size_t n>
-[[gnu::always_inline]] inline void gradient_2x2_run(const std::uint32_t* __restrict at, const float* __restrict d,
-                                                    std::uint32_t base, std::uint32_t w, float* __restrict r0,
-                                                    float* __restrict r1) {
-    // not unrolled before the vectorizer sees the loop: unrolled, the conditions stay branches
-#pragma GCC unroll 1
-    for (std::size_t j = 0; j < n; ++j) {
-        const std::uint32_t offset = at[j] - (base + static_cast<std::uint32_t>(2 * j));
-        const float g = 0.0f + d[j];
-        r0[2 * j] = offset == 0 ? g : 0.0f;
-        r0[2 * j + 1] = offset == 1 ? g : 0.0f;
-        r1[2 * j] = offset == w ? g : 0.0f;
-        r1[2 * j + 1] = offset == w + 1 ? g : 0.0f;
-    }
-}
-
 /// dx of `planes` planes (starting at plane `first`, `v` at its first element) for 2×2 windows with
-/// stride 2 and no padding, written once, without zeroing first: the elements of an odd last row or
-/// column are in no window and get 0.
+/// stride 2 and no padding, written once, without zeroing first.
 void gradient_2x2(const geometry& g, const std::uint32_t* at, const float* d, std::size_t first, std::size_t planes,
                   float* v) {
-    const auto w = static_cast<std::uint32_t>(g.w);
-    for (std::size_t pl = 0; pl < planes; ++pl, v += g.h * g.w) {
-        const auto base = static_cast<std::uint32_t>((first + pl) * g.h * g.w);
-        for (std::size_t i = 0; i < g.ho; ++i, at += g.wo, d += g.wo) {
-            float* r0 = v + 2 * i * g.w;
-            float* r1 = r0 + g.w;
-            const std::uint32_t row = base + static_cast<std::uint32_t>(2 * i * g.w);
-            in_runs(g.wo, [&]<std::size_t n>(std::integral_constant<std::size_t, n>, std::size_t j) {
-                gradient_2x2_run<n>(at + j, d + j, row + static_cast<std::uint32_t>(2 * j), w, r0 + 2 * j, r1 + 2 * j);
-            });
-            for (std::size_t c = 2 * g.wo; c < g.w; ++c) r0[c] = r1[c] = 0.0f;
-        }
-        std::fill(v + 2 * g.ho * g.w, v + g.h * g.w, 0.0f);
-    }
+    const std::size_t out = g.ho * g.wo;
+    for (std::size_t pl = 0; pl < planes; ++pl, v += g.h * g.w, at += out, d += out)
+        detail::gradient_2x2_plane(at, d, static_cast<std::uint32_t>((first + pl) * g.h * g.w), g.h, g.w, v);
 }
 
 /// Index in x of the max of each window (first on ties, first NaN wins) and that element, for the output
@@ -180,9 +87,9 @@ void argmax(const geometry& g, const float* plane, std::size_t first, std::size_
         const auto base = static_cast<std::uint32_t>((first + pl) * g.h * g.w);
         if (g.two_by_two()) {
             for (std::size_t i = 0; i < g.ho; ++i, out += g.wo, max += g.wo)
-                argmax_2x2_row(plane + 2 * i * g.w, plane + (2 * i + 1) * g.w, g.wo,
-                               base + static_cast<std::uint32_t>(2 * i * g.w), static_cast<std::uint32_t>(g.w), out,
-                               max);
+                detail::argmax_2x2_row(plane + 2 * i * g.w, plane + (2 * i + 1) * g.w, g.wo,
+                                       base + static_cast<std::uint32_t>(2 * i * g.w), static_cast<std::uint32_t>(g.w),
+                                       out, max);
             continue;
         }
         for (std::size_t i = 0; i < g.ho; ++i)
@@ -193,7 +100,7 @@ void argmax(const geometry& g, const float* plane, std::size_t first, std::size_
                 for (std::size_t r = v.r0; r < v.r1; ++r)
                     for (std::size_t c = v.c0; c < v.c1; ++c) {
                         const float value = plane[r * g.w + c];
-                        const bool b = better(value, best);
+                        const bool b = detail::better(value, best);
                         best = b ? value : best;
                         best_at = b ? r * g.w + c : best_at;
                     }

@@ -297,6 +297,66 @@ BOOST_AUTO_TEST_CASE(conv2d_relu_is_relu_of_conv2d_bit_for_bit) {
     }
 }
 
+// conv2d_max_pool gives max_pool2d(conv2d(…), {2, 2}) bit for bit on every route and dtype (the float32
+// im2col routes fused, the others in turn): the pooled outputs, and dx, dw and dbias, with and without the
+// ReLU and the bias, for even and odd outputs (26 → 13, 11 → 5: an odd last row and column in no window),
+// with padding and stride, with and without the input's gradient, for an output gradient with infinities
+// and negative values.
+BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
+    struct pool_case {
+        Shape x, w;
+        Conv2dOptions options;
+    };
+    const std::vector<pool_case> cases{{{5, 1, 28, 28}, {4, 1, 3, 3}, {}},
+                                       {{3, 6, 13, 13}, {7, 6, 3, 3}, {}},
+                                       {{2, 3, 12, 11}, {5, 3, 3, 2}, {.stride = {1, 2}, .padding = {1, 1}}},
+                                       {{4, 2, 4, 5}, {3, 2, 3, 3}, {.padding = {1, 0}}}};
+    unsigned seed = 700;
+    for (const pool_case& k : cases)
+        for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
+            for (bool relu : {true, false})
+                for (bool with_bias : {true, false})
+                    for (bool input_gradient : {true, false})
+                        for (const auto& [backend, route] : backends) {
+                            const Tensor x = random(k.x, -1.0f, 1.0f, ++seed).to(dtype);
+                            const Tensor w = random(k.w, -1.0f, 1.0f, ++seed).to(dtype);
+                            const std::optional<Tensor> b =
+                                with_bias ? std::optional<Tensor>(random(Shape{k.w[0]}, -0.5f, 0.5f, ++seed).to(dtype))
+                                          : std::nullopt;
+                            Conv2dOptions o = k.options;
+                            o.backend = backend;
+                            o.relu = relu;
+                            const Tensor pooled = max_pool2d(conv2d(x, w, b, o), {2, 2});
+                            std::vector<float> d = random(pooled.shape(), -1.0f, 1.0f, ++seed).to_floats();
+                            for (std::size_t i = 0; i < d.size(); i += 37) d[i] = i % 2 ? INFINITY : -INFINITY;
+                            const Tensor dy = Tensor::from_floats(pooled.shape(), d, dtype);
+                            const auto run_with = [&](bool fused) {
+                                GradientTape tape;
+                                std::vector<Tensor> sources{w};
+                                if (b) sources.push_back(*b);
+                                if (input_gradient) sources.push_back(x);
+                                for (const Tensor& t : sources) tape.watch(t);
+                                const Tensor y =
+                                    fused ? conv2d_max_pool(x, w, b, o) : max_pool2d(conv2d(x, w, b, o), {2, 2});
+                                std::vector<Tensor> out = tape.gradient(mul(y, dy), sources);
+                                out.push_back(y);
+                                return out;
+                            };
+                            BOOST_TEST_CONTEXT(k.x.to_string()
+                                               << " " << name_of(dtype) << ", " << route << (relu ? ", relu" : "")
+                                               << (with_bias ? ", bias" : "") << (input_gradient ? ", dx" : "")) {
+                                const std::vector<Tensor> fused = run_with(true), plain = run_with(false);
+                                BOOST_TEST_REQUIRE(fused.size() == plain.size());
+                                for (std::size_t i = 0; i < plain.size(); ++i) {
+                                    BOOST_TEST_REQUIRE(fused[i].shape() == plain[i].shape());
+                                    BOOST_TEST_REQUIRE(fused[i].dtype() == plain[i].dtype());
+                                    BOOST_TEST(std::memcmp(fused[i].raw(), plain[i].raw(), plain[i].nbytes()) == 0,
+                                               (i + 1 < plain.size() ? "gradient " : "output ") << i);
+                                }
+                            }
+                        }
+}
+
 /// dx, dw, dbias and y of conv2d on `backend`, with the output gradient dy.
 std::vector<Tensor> conv_and_gradients(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
                                        ConvBackend backend) {
@@ -566,6 +626,19 @@ BOOST_AUTO_TEST_CASE(pool_gradients) {
               {distinct(Shape{2, 2, 6, 6}, ++seed)});
         check("avg_pool2d " + k.name, [k](const auto& in) { return avg_pool2d(in[0], k.kernel, k.stride, k.padding); },
               {random(Shape{2, 2, 6, 5}, 0.1f, 2.0f, ++seed)});
+    }
+}
+
+// conv2d_max_pool against finite differences: one input channel and 1×1 kernels with positive weights, so
+// each output channel is an increasing function of the distinct x and the max of a window never changes
+// hands; with the ReLU, a bias that keeps every output positive (the mask passes all).
+BOOST_AUTO_TEST_CASE(conv2d_max_pool_gradients) {
+    const Tensor x = distinct(Shape{2, 1, 6, 6}, 800);
+    const Tensor w = random(Shape{3, 1, 1, 1}, 0.5f, 1.5f, 801);
+    for (bool relu : {false, true}) {
+        const Tensor b = relu ? random(Shape{3}, 8.0f, 9.0f, 802) : random(Shape{3}, -0.5f, 0.5f, 802);
+        check(std::string("conv2d_max_pool") + (relu ? " relu" : ""),
+              [relu](const auto& in) { return conv2d_max_pool(in[0], in[1], in[2], {.relu = relu}); }, {x, w, b});
     }
 }
 
