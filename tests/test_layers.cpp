@@ -396,6 +396,35 @@ BOOST_AUTO_TEST_CASE(conv2d_matches_direct_loops) {
 }
 
 // Keras's glorot fans for a convolution kernel: fan_in = C·kh·kw, fan_out = filters·kh·kw.
+// Sequential runs a Conv2D (with a ReLU or none, "valid" or "same") and the 2×2 MaxPool2D after it as one
+// conv2d_max_pool: the model's output and every gradient have the bits of the layers called one by one.
+BOOST_AUTO_TEST_CASE(sequential_fuses_conv2d_and_max_pool_bit_for_bit) {
+    Sequential model{Conv2D(4, {3, 3}, "relu"),
+                     MaxPool2D(),
+                     Conv2D(5, {3, 3}, "", {1, 1}, "same"),
+                     MaxPool2D(),
+                     Flatten(),
+                     Dense(3)};
+    model.build(Shape{2, 13, 12}, 3); // 13×12 → 11×10 → 5×5 → 5×5 → 2×2: odd rows and columns left out
+    const Tensor x = random(Shape{6, 2, 13, 12}, -1.0f, 1.0f, 9);
+    const Tensor w = random(Shape{6, 3}, -1.0f, 1.0f, 10);
+    const auto run = [&](bool whole_model) {
+        GradientTape tape;
+        Tensor y = x;
+        if (whole_model) {
+            y = model(x);
+        } else {
+            for (const auto& layer : model.layers()) y = (*layer)(y);
+        }
+        std::vector<Tensor> out = tape.gradient(mul(y, w), model.trainable_variables());
+        out.push_back(y);
+        return out;
+    };
+    const std::vector<Tensor> fused = run(true), in_turn = run(false);
+    BOOST_TEST_REQUIRE(fused.size() == 7u); // 3 kernels, 3 biases, the output
+    for (std::size_t i = 0; i < fused.size(); ++i) BOOST_TEST(same_bits(fused[i], in_turn[i]), "result " << i);
+}
+
 BOOST_AUTO_TEST_CASE(conv2d_initial_kernel_uses_receptive_field_fans) {
     Conv2D conv(64, {3, 3}, "relu");
     build(conv, Shape{32, 13, 13});

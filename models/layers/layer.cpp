@@ -85,6 +85,18 @@ Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
     return y;
 }
 
+std::optional<Tensor> Layer::call_fused(const Layer& next, const Tensor& x, const CallContext& context) {
+    if (!built_ || !next.built() || context.building || context.layer_scaling || amp::StepTelemetry::active())
+        return std::nullopt;
+    const autodiff::Dtype compute = policy().compute_dtype();
+    // next must take this layer's output as it is, as operator() would give it
+    if (!next.keeps_input_dtype() && next.policy().compute_dtype() != compute) return std::nullopt;
+    detail::check_batch(*this, input_shape_, x.shape());
+    const autodiff::OpScope scope(name_);
+    return keeps_input_dtype() || x.dtype() == compute ? forward_fused(next, x, context)
+                                                       : forward_fused(next, autodiff::cast(x, compute), context);
+}
+
 std::size_t Layer::count_params() const {
     std::size_t n = 0;
     for (const Variable& v : variables()) n += v.shape().elements();

@@ -5,6 +5,7 @@
 #include <mixprec/models/layers/detail/checks.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 #include <mixprec/models/layers/layers_core.hpp>
+#include <mixprec/models/layers/pooling.hpp>
 
 #include <mixprec/autodiff/ops_conv.hpp>
 #include <mixprec/autodiff/ops_shape.hpp>
@@ -117,19 +118,38 @@ Shape Conv2D::do_build(const Shape& input_shape, Rng& init_rng) {
     return Shape{filters_, out[0], out[1]};
 }
 
-Tensor Conv2D::forward(const Tensor& x, const CallContext& context) {
-    // conv2d pads both sides equally: the odd zero row/column of "same" is appended here first.
-    const Tensor padded = pad_end(pad_end(x, 2, pad_after_[0] - pad_before_[0]), 3, pad_after_[1] - pad_before_[1]);
+autodiff::Conv2dOptions Conv2D::conv_options() const {
     autodiff::Conv2dOptions options;
     options.stride = stride_;
     options.padding = pad_before_;
-    const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
     options.relu = activation_ == "relu"; // fused: the same bits, a pass fewer each way
-    const bool in_fp8 = context.fp8 != nullptr && policy().fp8_products() && fp8();
-    const Tensor y =
-        in_fp8 ? autodiff::conv2d_fp8(padded, kernel_var_->read(), bias, context.fp8->dense_casts(name()), options)
-               : autodiff::conv2d(padded, kernel_var_->read(), bias, options);
+    return options;
+}
+
+Tensor Conv2D::padded(const Tensor& x) const {
+    // conv2d pads both sides equally: the odd zero row/column of "same" is appended here first.
+    return pad_end(pad_end(x, 2, pad_after_[0] - pad_before_[0]), 3, pad_after_[1] - pad_before_[1]);
+}
+
+bool Conv2D::in_fp8(const CallContext& context) { return context.fp8 != nullptr && policy().fp8_products() && fp8(); }
+
+Tensor Conv2D::forward(const Tensor& x, const CallContext& context) {
+    const autodiff::Conv2dOptions options = conv_options();
+    const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
+    const Tensor y = in_fp8(context) ? autodiff::conv2d_fp8(padded(x), kernel_var_->read(), bias,
+                                                            context.fp8->dense_casts(name()), options)
+                                     : autodiff::conv2d(padded(x), kernel_var_->read(), bias, options);
     return options.relu ? y : apply_activation(y, activation_);
+}
+
+std::optional<Tensor> Conv2D::forward_fused(const Layer& next, const Tensor& x, const CallContext& context) {
+    const auto* pool = dynamic_cast<const MaxPool2D*>(&next);
+    constexpr Size2 two{2, 2};
+    if (!pool || pool->pool_size() != two || pool->stride() != two || in_fp8(context) ||
+        !(activation_.empty() || activation_ == "relu"))
+        return std::nullopt;
+    const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
+    return autodiff::conv2d_max_pool(padded(x), kernel_var_->read(), bias, conv_options());
 }
 
 } // namespace mixprec::models

@@ -2,6 +2,7 @@
 /// The convolution layer over images, as Keras's Conv2D but channels first: examples have shape (C, H, W)
 /// and batches (N, C, H, W), the layout of autodiff::conv2d. The pooling layers are in pooling.hpp.
 
+#include <mixprec/autodiff/ops_conv.hpp>
 #include <mixprec/models/layers/fp8_choice.hpp>
 #include <mixprec/models/layers/layer.hpp>
 
@@ -42,8 +43,16 @@ class Conv2D final : public Layer, public Fp8Choice {
     /// shape_error unless the example has rank 3 (C, H, W) and, for "valid", H ≥ kh and W ≥ kw.
     Shape do_build(const Shape& input_shape, Rng& init_rng) override;
     Tensor forward(const Tensor& x, const CallContext& context) override;
+    /// With a MaxPool2D of 2×2 windows and stride 2 next, and a ReLU or no activation: both in one
+    /// autodiff::conv2d_max_pool (the convolution's output is pooled image by image, never written whole).
+    std::optional<Tensor> forward_fused(const Layer& next, const Tensor& x, const CallContext& context) override;
 
   private:
+    /// conv2d's options for this layer, and x padded for them.
+    autodiff::Conv2dOptions conv_options() const;
+    Tensor padded(const Tensor& x) const;
+    bool in_fp8(const CallContext& context);
+
     std::size_t filters_;
     Size2 kernel_;
     std::string activation_;

@@ -6,7 +6,16 @@ namespace mixprec::models {
 
 Tensor Sequential::call(const Tensor& x, const CallContext& context) {
     Tensor y = x;
-    for (const auto& layer : layers()) y = (*layer)(y, context);
+    const auto& all = layers();
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        if (i + 1 < all.size())
+            if (std::optional<Tensor> both = all[i]->call_fused(*all[i + 1], y, context)) {
+                y = std::move(*both);
+                ++i; // the next layer's work is done
+                continue;
+            }
+        y = (*all[i])(y, context);
+    }
     return y;
 }
 
