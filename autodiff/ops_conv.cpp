@@ -382,7 +382,7 @@ void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, 
 /// Partial sums of sum_in_lanes: element i of a run goes into sum i mod 16, and the 16 are folded
 /// pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1): one order at every level (a vector of AVX-512, two of AVX2,
 /// four of SSE). A single running sum is a chain of dependent additions, one per 4 cycles, that no
-/// level can vectorize; it held the bias gradient of the cnn's first layer (11 MB of dy) to that pace.
+/// level can vectorize.
 constexpr std::size_t sum_lanes = 16;
 
 /// The float32 sum of value(i) for i in [0, n), in the order above.

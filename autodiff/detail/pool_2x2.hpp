@@ -24,8 +24,8 @@ inline float pick(std::uint32_t mask, float a, float b) {
 
 /// Outputs [0, n) of one output row of argmax for 2×2 windows with stride 2 and no padding (the common
 /// case): rows r0 and r1 of a plane in, window j's index in the plane (plus `base`) and its value out. The
-/// same scan order and NaN rule as the general loop, with fixed bounds and no branches: for a constant n,
-/// GCC turns it into a few vector operations.
+/// same scan order and NaN rule as max_pool2d's general loop, with fixed bounds and no branches: for a
+/// constant n, GCC turns it into a few vector operations.
 template <std::size_t n>
 [[gnu::always_inline]] inline void argmax_2x2_run(const float* __restrict r0, const float* __restrict r1,
                                                   std::uint32_t base, std::uint32_t w, std::uint32_t* __restrict out,

@@ -86,7 +86,8 @@ Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
 }
 
 std::optional<Tensor> Layer::call_fused(const Layer& next, const Tensor& x, const CallContext& context) {
-    if (!built_ || !next.built() || context.building || context.layer_scaling || amp::StepTelemetry::active())
+    if (!built_ || !next.built() || context.building || context.layer_scaling || amp::StepTelemetry::active() ||
+        !fuses_with(next, context))
         return std::nullopt;
     const autodiff::Dtype compute = policy().compute_dtype();
     // next must take this layer's output as it is, as operator() would give it
@@ -95,6 +96,10 @@ std::optional<Tensor> Layer::call_fused(const Layer& next, const Tensor& x, cons
     const autodiff::OpScope scope(name_);
     return keeps_input_dtype() || x.dtype() == compute ? forward_fused(next, x, context)
                                                        : forward_fused(next, autodiff::cast(x, compute), context);
+}
+
+Tensor Layer::forward_fused(const Layer& next, const Tensor&, const CallContext&) {
+    throw std::logic_error("layer '" + name_ + "' (" + kind() + ") does not fuse with a " + next.kind() + " layer");
 }
 
 std::size_t Layer::count_params() const {

@@ -94,10 +94,10 @@ class Layer {
     /// context carries a BuildScope that tracks it (Model::build); otherwise it is a logic_error.
     Tensor operator()(const Tensor& x, const CallContext& context = {});
 
-    /// next(this(x)) in one pass where the two layers fuse (Conv2D and the MaxPool2D after it), with the
-    /// same bits: both built, a floating x checked and cast as operator() does, and nothing that needs this
-    /// layer's own output (no telemetry, no per-layer scaling, not building). Otherwise none, and the caller
-    /// calls the two in turn. Sequential asks each layer about the next.
+    /// next(this(x)) in one pass where the two layers fuse (fuses_with: Conv2D and the MaxPool2D after
+    /// it), with the same bits: both built, a floating x checked and cast as operator() does, and nothing
+    /// that needs this layer's own output (no telemetry, no per-layer scaling, not building). Otherwise
+    /// none, and the caller calls the two in turn. Sequential asks each layer about the next.
     std::optional<Tensor> call_fused(const Layer& next, const Tensor& x, const CallContext& context);
 
     /// Every variable of the layer (trainable or not) in a fixed order, named "<layer>/<variable>".
@@ -118,12 +118,10 @@ class Layer {
     virtual Tensor forward(const Tensor& x, const CallContext& context) = 0;
     /// For layers whose input is not a floating batch to cast (Embedding reads ids): true keeps x as is.
     virtual bool keeps_input_dtype() const { return false; }
-    /// forward() of this layer and then of `next`, fused (x as forward() gets it), or none where this layer
-    /// does not fuse with that one: by default none.
-    virtual std::optional<Tensor> forward_fused(const Layer& /*next*/, const Tensor& /*x*/,
-                                                const CallContext& /*context*/) {
-        return std::nullopt;
-    }
+    /// Whether forward_fused can run this layer and `next` as one in this context: by default no.
+    virtual bool fuses_with(const Layer& /*next*/, const CallContext& /*context*/) { return false; }
+    /// forward() of this layer and then of `next` in one (x as forward() gets it), where fuses_with().
+    virtual Tensor forward_fused(const Layer& next, const Tensor& x, const CallContext& context);
     /// A float32 master initialized from `initial`, set to the policy's compute dtype, named "<layer>/<name>".
     Variable make_variable(const Tensor& initial, const std::string& name, bool trainable = true) const;
 

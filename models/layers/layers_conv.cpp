@@ -142,12 +142,14 @@ Tensor Conv2D::forward(const Tensor& x, const CallContext& context) {
     return options.relu ? y : apply_activation(y, activation_);
 }
 
-std::optional<Tensor> Conv2D::forward_fused(const Layer& next, const Tensor& x, const CallContext& context) {
+bool Conv2D::fuses_with(const Layer& next, const CallContext& context) {
     const auto* pool = dynamic_cast<const MaxPool2D*>(&next);
     constexpr Size2 two{2, 2};
-    if (!pool || pool->pool_size() != two || pool->stride() != two || in_fp8(context) ||
-        !(activation_.empty() || activation_ == "relu"))
-        return std::nullopt;
+    return pool && pool->pool_size() == two && pool->stride() == two && !in_fp8(context) &&
+           (activation_.empty() || activation_ == "relu");
+}
+
+Tensor Conv2D::forward_fused(const Layer&, const Tensor& x, const CallContext&) {
     const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
     return autodiff::conv2d_max_pool(padded(x), kernel_var_->read(), bias, conv_options());
 }

@@ -43,9 +43,10 @@ class Conv2D final : public Layer, public Fp8Choice {
     /// shape_error unless the example has rank 3 (C, H, W) and, for "valid", H ≥ kh and W ≥ kw.
     Shape do_build(const Shape& input_shape, Rng& init_rng) override;
     Tensor forward(const Tensor& x, const CallContext& context) override;
-    /// With a MaxPool2D of 2×2 windows and stride 2 next, and a ReLU or no activation: both in one
-    /// autodiff::conv2d_max_pool (the convolution's output is pooled image by image, never written whole).
-    std::optional<Tensor> forward_fused(const Layer& next, const Tensor& x, const CallContext& context) override;
+    /// With a MaxPool2D of 2×2 windows and stride 2 next, a ReLU or no activation, and not in FP8: both in
+    /// one autodiff::conv2d_max_pool (the convolution's output is pooled image by image, never written whole).
+    bool fuses_with(const Layer& next, const CallContext& context) override;
+    Tensor forward_fused(const Layer& next, const Tensor& x, const CallContext& context) override;
 
   private:
     /// conv2d's options for this layer, and x padded for them.

@@ -14,6 +14,10 @@
 ///
 /// Everything else (variables, summary, compile, fit, evaluate, predict, the training state) is Model's
 /// (model.hpp); a model that is not a stack subclasses Model.
+///
+/// call() offers each layer the one after it (Layer::call_fused): a Conv2D and a 2×2 MaxPool2D after it
+/// run as one autodiff::conv2d_max_pool, with the same bits, where nothing needs the convolution's own
+/// output (rounding telemetry and per-layer loss scaling see each layer, so they call the two in turn).
 
 #include <mixprec/models/training/model.hpp>
 
