@@ -226,7 +226,7 @@ inline float relu_of(float v) { return v > 0.0f || v != v ? v : 0.0f; }
 /// quarter of y's bytes to read again for float32, and y is not kept alive for it). The gradient is then
 /// g · derivative: g where y > 0, else g · 0, the bits of relu()'s gradient.
 constexpr std::uint8_t relu_one = float8_e4m3(1.0f).bits();
-inline float relu_gradient(float g, std::uint8_t derivative) { return g * (derivative != 0 ? 1.0f : 0.0f); }
+inline float relu_gradient(float g, bool positive) { return g * (positive ? 1.0f : 0.0f); }
 
 /// Elements [at, at + n) of t as T: t's own when it holds T, else (T is float) widened into this thread's
 /// scratch `slot`: the float32 im2col route widens other dtypes image by image, on the thread that works
@@ -405,7 +405,7 @@ float copy_summing(const T* __restrict dy, const std::uint8_t* __restrict deriva
                    std::size_t n) {
     return sum_in_lanes(n, [&](std::size_t i) {
         if constexpr (masked) {
-            dst[i] = T(relu_gradient(static_cast<float>(dy[i]), derivative[i]));
+            dst[i] = T(relu_gradient(static_cast<float>(dy[i]), derivative[i] != 0));
         } else {
             dst[i] = dy[i];
         }
@@ -437,6 +437,27 @@ struct conv_grads {
     Tensor* dx;     // (N, C, H, W), or null when not wanted
     float *dw, *db; // (O, C·kh·kw), (O) or null
     float dx_alpha; // dx's sums are multiplied by this before they are rounded
+};
+
+/// What a backward pass sums into: dx in dx_dtype (only when the tape wants the input's gradient, not
+/// for a batch of data), dw and, with a bias, dbias in dw_dtype; finish() rounds each once.
+struct gradient_sums {
+    std::optional<Tensor> dx;
+    float_result dw;
+    std::optional<float_result> db;
+    gradient_sums(const geometry& g, const Tensor& x, const Tensor& w, bool bias, Dtype dx_dtype, Dtype dw_dtype)
+        : dw(w.shape(), dw_dtype) {
+        if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), dx_dtype);
+        if (bias) db.emplace(Shape{g.o}, dw_dtype);
+    }
+    gradient_sums(const gradient_sums&) = delete; // dw.data may point into dw itself
+    gradient_sums& operator=(const gradient_sums&) = delete;
+    conv_grads grads(float dx_alpha) { return {dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha}; }
+    Gradients finish() {
+        Gradients result{dx, dw.finish()};
+        if (db) result.push_back(db->finish());
+        return result;
+    }
 };
 
 template <class T, class Source>
@@ -579,23 +600,18 @@ Tensor relu_masked(const Tensor& dy, const Tensor& d) {
 Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
                        Dtype dx_dtype, Dtype dw_dtype, const Tensor* relu_d, float dx_alpha = 1.0f,
                        float dw_alpha = 1.0f) {
-    // the input's gradient only when wanted (not for a batch of data); every image is zeroed in turn
-    std::optional<Tensor> dx;
-    if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), dx_dtype);
-    float_result dw(w.shape(), dw_dtype);
-    std::optional<float_result> db;
-    if (bias) db.emplace(Shape{g.o}, dw_dtype);
-    const conv_grads d{dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, dx_alpha};
+    gradient_sums sums(g, x, w, bias, dx_dtype, dw_dtype);
+    const conv_grads d = sums.grads(dx_alpha);
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
-        float* wide = dx ? workspace(*dx, 0, dx->size(), false) : nullptr;
+        float* wide = d.dx ? workspace(*d.dx, 0, d.dx->size(), false) : nullptr;
         const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
         detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                     onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), wide,
-                                     dw.data, db ? db->data : nullptr);
-        if (dx && (dx_alpha != 1.0f || dx->dtype() != Dtype::float32))
-            finish_images(*dx, wide, g.n, nullptr, [&](float* v) {
+                                     onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), wide, d.dw,
+                                     d.db);
+        if (d.dx && (dx_alpha != 1.0f || d.dx->dtype() != Dtype::float32))
+            finish_images(*d.dx, wide, g.n, nullptr, [&](float* v) {
                 if (dx_alpha != 1.0f)
                     for (std::size_t i = 0; i < g.c * g.h * g.w; ++i) v[i] *= dx_alpha;
             });
@@ -610,10 +626,8 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
         break;
     }
     if (dw_alpha != 1.0f)
-        for (std::size_t i = 0; i < w.size(); ++i) dw.data[i] *= dw_alpha;
-    Gradients result{dx, dw.finish()};
-    if (db) result.push_back(db->finish());
-    return result;
+        for (std::size_t i = 0; i < w.size(); ++i) d.dw[i] *= dw_alpha;
+    return sums.finish();
 }
 
 /// run(r) on the route measured for this pass, shape and dtype (the first call measures each named
@@ -713,15 +727,14 @@ struct from_pooled {
     const std::uint32_t* idx; // their argmax
     void put(std::size_t n, float* dst, std::size_t row, float* db) const {
         const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2);
-        float* masked = scratch<float>(pooled_gradient, out);
+        float* masked = g.opt.relu ? scratch<float>(pooled_gradient, out) : nullptr;
         detail::vectorized([&] {
             for (std::size_t o = 0; o < g.o; ++o) {
                 const std::size_t plane = n * g.o + o;
                 const float* d = dy + plane * out;
                 if (g.opt.relu) {
                     const float* yp = y + plane * out;
-                    for (std::size_t j = 0; j < out; ++j)
-                        masked[j] = relu_gradient(0.0f + d[j], yp[j] > 0.0f ? relu_one : std::uint8_t{0});
+                    for (std::size_t j = 0; j < out; ++j) masked[j] = relu_gradient(0.0f + d[j], yp[j] > 0.0f);
                     d = masked;
                 }
                 float* p = dst + o * row;
@@ -802,17 +815,10 @@ Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Ten
             images);
     if (!conv_recorded(x, w, bias)) return y;
     const auto grads = [x, w, has_bias = bias.has_value(), g, onednn_sgemm, y, idx](const Tensor& dy) {
-        std::optional<Tensor> dx;
-        if (gradient_needed(0)) dx = Tensor::uninitialized(x.shape(), Dtype::float32);
-        float_result dw(w.shape(), Dtype::float32);
-        std::optional<float_result> db;
-        if (has_bias) db.emplace(Shape{g.o}, Dtype::float32);
+        gradient_sums sums(g, x, w, has_bias, Dtype::float32, Dtype::float32);
         const from_pooled source{g, floats_of(dy, widened_other), static_cast<const float*>(y.raw()), idx.get()};
-        backward(g, x, floats_of(w, widened_w), source, {dx ? &*dx : nullptr, dw.data, db ? db->data : nullptr, 1.0f},
-                 onednn_sgemm);
-        Gradients result{dx, dw.finish()};
-        if (db) result.push_back(db->finish());
-        return result;
+        backward(g, x, floats_of(w, widened_w), source, sums.grads(1.0f), onednn_sgemm);
+        return sums.finish();
     };
     record_conv(y, x, w, bias, grads);
     return y;
