@@ -200,20 +200,23 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, bool ta, bool tb, const T
 }
 
 /// Per-thread scratch reused across calls (large fresh allocations cost a page fault per 4 KiB). Slots
-/// 0-3 hold the work buffers of forward/backward, 4-6 and 8 widened inputs, 7 one image's float32 result,
-/// 9 one plane's pooled gradient (conv2d_max_pool).
+/// 0-3 hold the work buffers of forward/backward, 4-6 and 8 widened inputs, 7 one image's float32 result;
+/// conv2d_max_pool's 9 an image's pooled values before they are stored (forward) or one plane's pooled
+/// gradient (backward), 10 one plane's gradient before it is stored, 11 an image's results rounded.
 enum slot : std::size_t {
     widened_x = 4,
     widened_w = 5,
     widened_other = 6,
     image_result = 7,
     widened_y = 8,
-    pooled_gradient = 9
+    pooled = 9,
+    gradient_plane = 10,
+    rounded_values = 11
 };
 
 template <class T>
 T* scratch(std::size_t slot, std::size_t n) {
-    thread_local std::array<std::vector<T>, 10> pool;
+    thread_local std::array<std::vector<T>, 12> pool;
     if (pool[slot].size() < n) pool[slot].resize(n);
     return pool[slot].data();
 }
@@ -593,6 +596,19 @@ Tensor relu_masked(const Tensor& dy, const Tensor& d) {
     return kernels::detail::zip(dy, d, dy.dtype(), [](float g, float one_or_zero) { return g * one_or_zero; });
 }
 
+/// The backward pass on a oneDNN route into d: run(dx) runs oneDNN's, which writes dx's float32 sums at
+/// dx (null when not wanted); they are then multiplied by d.dx_alpha and rounded once.
+template <class Run>
+void onednn_backward(const geometry& g, conv_grads d, Run run) {
+    float* wide = d.dx ? workspace(*d.dx, 0, d.dx->size(), false) : nullptr;
+    run(wide);
+    if (d.dx && (d.dx_alpha != 1.0f || d.dx->dtype() != Dtype::float32))
+        finish_images(*d.dx, wide, g.n, nullptr, [&](float* v) {
+            if (d.dx_alpha != 1.0f)
+                for (std::size_t i = 0; i < g.c * g.h * g.w; ++i) v[i] *= d.dx_alpha;
+        });
+}
+
 /// The backward pass on route r for the output gradient dy: {dx (when the tape wants it) in dx_dtype, dw
 /// in dw_dtype, and dbias from dy when `bias`}, the sums of dx and dw multiplied by dx_alpha and dw_alpha
 /// before their one rounding. With `relu_d` (the ReLU's derivative, when the forward applied one), dy is
@@ -604,19 +620,14 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     const conv_grads d = sums.grads(dx_alpha);
     switch (r) {
     case route::onednn_bf16:
-    case route::onednn_f32: {
-        float* wide = d.dx ? workspace(*d.dx, 0, d.dx->size(), false) : nullptr;
-        const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
-        detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                     onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), wide, d.dw,
-                                     d.db);
-        if (d.dx && (dx_alpha != 1.0f || d.dx->dtype() != Dtype::float32))
-            finish_images(*d.dx, wide, g.n, nullptr, [&](float* v) {
-                if (dx_alpha != 1.0f)
-                    for (std::size_t i = 0; i < g.c * g.h * g.w; ++i) v[i] *= dx_alpha;
-            });
+    case route::onednn_f32:
+        onednn_backward(g, d, [&](float* dx) {
+            const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
+            detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                         onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), dx,
+                                         d.dw, d.db);
+        });
         break;
-    }
     case route::im2col_bf16:
         backward(g, x, w.data<bfloat16>().data(), from_tensor<bfloat16>{g, dy, relu_d}, d, false);
         break;
@@ -693,16 +704,28 @@ Tensor bias_gradient(const geometry& g, const Tensor& dy, Dtype dtype) {
     return db.finish();
 }
 
-/// The images of conv2d_max_pool's forward pass: each image's float32 results (this thread's scratch,
-/// never written whole) pooled in 2×2 windows into y, each window's argmax into idx (an index into the
-/// convolution's output, as max_pool2d keeps it).
+/// v[0, n) rounded to `dtype` and back: the values a tensor of that dtype holds (v itself for float32).
+void round_in_place(float* v, std::size_t n, Dtype dtype) {
+    if (dtype == Dtype::float32) return;
+    void* rounded = scratch<std::byte>(rounded_values, n * size_of(dtype));
+    narrow(v, rounded, n, dtype);
+    widen(rounded, dtype, v, n);
+}
+
+/// The images of conv2d_max_pool's forward pass: each image's float32 results (this thread's scratch, never
+/// written whole) rounded to y's dtype as the convolution's output would hold them, then pooled in 2×2
+/// windows into y, each window's argmax into idx (an index into the convolution's output, as max_pool2d
+/// keeps it). The pooled values are y's own, stored exactly.
 struct pooled_2x2 {
     const geometry& g;
-    float* y;
+    Tensor& y;
     std::uint32_t* idx;
     float* values(std::size_t) { return scratch<float>(image_result, g.o * g.l()); }
-    void done(std::size_t n, const float* v) {
+    void done(std::size_t n, float* v) {
         const std::size_t l = g.l(), ho = g.ho / 2, wo = g.wo / 2, out = ho * wo;
+        round_in_place(v, g.o * l, y.dtype());
+        float* pooled_values = y.dtype() == Dtype::float32 ? static_cast<float*>(y.raw()) + n * g.o * out
+                                                           : scratch<float>(pooled, g.o * out);
         detail::vectorized([&] {
             for (std::size_t o = 0; o < g.o; ++o) {
                 const std::size_t plane = n * g.o + o;
@@ -710,24 +733,30 @@ struct pooled_2x2 {
                     detail::argmax_2x2_row(v + o * l + 2 * i * g.wo, v + o * l + (2 * i + 1) * g.wo, wo,
                                            static_cast<std::uint32_t>(plane * l + 2 * i * g.wo),
                                            static_cast<std::uint32_t>(g.wo), idx + plane * out + i * wo,
-                                           y + plane * out + i * wo);
+                                           pooled_values + o * out + i * wo);
             }
         });
+        if (y.dtype() != Dtype::float32)
+            narrow(pooled_values, static_cast<std::byte*>(y.raw()) + n * g.o * out * size_of(y.dtype()), g.o * out,
+                   y.dtype());
     }
 };
 
-/// The output gradient of conv2d_max_pool's convolution, image by image (a source for backward()): each
-/// plane's windows give their pooled gradient to their argmax, times the ReLU's derivative there (the
-/// pooled y > 0: y at the argmax), and 0 to every other element: what max_pool2d's backward pass and the
-/// ReLU's mask make of it, without writing either whole.
+/// The output gradient of conv2d_max_pool's convolution, image by image (a source for backward(), and for
+/// oneDNN's backward pass): each plane's windows give their pooled gradient to their argmax, times the
+/// ReLU's derivative there (the pooled y > 0: y at the argmax), and 0 to every other element: what
+/// max_pool2d's backward pass and the ReLU's mask make of it, without writing either whole. Every value is
+/// one of dy's, so storing it as T is exact.
+template <class T>
 struct from_pooled {
     const geometry& g;
     const float* dy;          // (N, O, Ho/2, Wo/2)
     const float* y;           // the forward's pooled results
     const std::uint32_t* idx; // their argmax
-    void put(std::size_t n, float* dst, std::size_t row, float* db) const {
+    /// Image n's planes at dst + o·row, each plane's sum added to db[o] (null: not wanted).
+    void put(std::size_t n, T* dst, std::size_t row, float* db) const {
         const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2);
-        float* masked = g.opt.relu ? scratch<float>(pooled_gradient, out) : nullptr;
+        float* masked = g.opt.relu ? scratch<float>(pooled, out) : nullptr;
         detail::vectorized([&] {
             for (std::size_t o = 0; o < g.o; ++o) {
                 const std::size_t plane = n * g.o + o;
@@ -737,13 +766,28 @@ struct from_pooled {
                     for (std::size_t j = 0; j < out; ++j) masked[j] = relu_gradient(0.0f + d[j], yp[j] > 0.0f);
                     d = masked;
                 }
-                float* p = dst + o * row;
+                float* p;
+                if constexpr (std::is_same_v<T, float>) {
+                    p = dst + o * row;
+                } else {
+                    p = scratch<float>(gradient_plane, l);
+                }
                 detail::gradient_2x2_plane(idx + plane * out, d, static_cast<std::uint32_t>(plane * l), g.ho, g.wo, p);
-                db[o] += sum_in_lanes(l, [&](std::size_t i) { return p[i]; });
+                if (db) db[o] += sum_in_lanes(l, [&](std::size_t i) { return p[i]; });
+                if constexpr (!std::is_same_v<T, float>) narrow(p, dst + o * row, l, dtype_of<T>);
             }
         });
     }
 };
+
+/// Whether conv2d_max_pool pools in the convolution's own pass on route r: pinned (not measured), for a
+/// pool of at least one window and argmax indices that fit 32 bits; for dtypes other than float32, only
+/// while no rounding is recorded (the convolution's output is rounded in pieces that never form a
+/// tensor, and the backward pass makes fewer exact roundings than the two ops).
+bool pools_in_pass(const geometry& g, const std::optional<route>& r, Dtype dtype) {
+    return r && g.ho >= 2 && g.wo >= 2 && g.n * g.o * g.l() <= std::numeric_limits<std::uint32_t>::max() &&
+           (dtype == Dtype::float32 || !active_rounding_recorder());
+}
 
 } // namespace
 
@@ -803,21 +847,63 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
 Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
     const std::optional<route> pinned = pinned_route(g, x.dtype(), options.backend);
-    const bool im2col = pinned && (*pinned == route::im2col_f32 || *pinned == route::im2col_f32_onednn);
-    if (!im2col || x.dtype() != Dtype::float32 || g.ho < 2 || g.wo < 2 ||
-        g.n * g.o * g.l() > std::numeric_limits<std::uint32_t>::max())
-        return max_pool2d(conv2d(x, w, bias, options), {2, 2}, {2, 2}, {0, 0});
-    const bool onednn_sgemm = *pinned == route::im2col_f32_onednn;
-    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho / 2, g.wo / 2}, Dtype::float32);
+    if (!pools_in_pass(g, pinned, x.dtype())) return max_pool2d(conv2d(x, w, bias, options), {2, 2}, {2, 2}, {0, 0});
+    const route r = *pinned;
+    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho / 2, g.wo / 2}, x.dtype());
     std::shared_ptr<std::uint32_t[]> idx = std::make_shared_for_overwrite<std::uint32_t[]>(y.size());
-    pooled_2x2 images{g, static_cast<float*>(y.raw()), idx.get()};
-    forward(g, x, floats_of(w, widened_w), bias ? floats_of(*bias, widened_other) : nullptr, 1.0f, onednn_sgemm,
-            images);
+    pooled_2x2 images{g, y, idx.get()};
+    const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
+    switch (r) {
+    case route::onednn_bf16:
+    case route::onednn_f32:
+        detail::onednn_conv_forward_images(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                           onednn_operand(w, r, widened_w), b, [&](std::size_t n, float* v) {
+                                               if (g.opt.relu)
+                                                   detail::vectorized([&] {
+                                                       for (std::size_t i = 0; i < g.o * g.l(); ++i)
+                                                           v[i] = relu_of(v[i]);
+                                                   });
+                                               images.done(n, v);
+                                           });
+        break;
+    case route::im2col_bf16:
+        forward(g, x, w.data<bfloat16>().data(), b, 1.0f, false, images);
+        break;
+    case route::im2col_f32:
+    case route::im2col_f32_onednn:
+        forward(g, x, floats_of(w, widened_w), b, 1.0f, r == route::im2col_f32_onednn, images);
+        break;
+    }
     if (!conv_recorded(x, w, bias)) return y;
-    const auto grads = [x, w, has_bias = bias.has_value(), g, onednn_sgemm, y, idx](const Tensor& dy) {
-        gradient_sums sums(g, x, w, has_bias, Dtype::float32, Dtype::float32);
-        const from_pooled source{g, floats_of(dy, widened_other), static_cast<const float*>(y.raw()), idx.get()};
-        backward(g, x, floats_of(w, widened_w), source, sums.grads(1.0f), onednn_sgemm);
+    const auto grads = [x, w, has_bias = bias.has_value(), g, r, y, idx](const Tensor& dy) {
+        gradient_sums sums(g, x, w, has_bias, x.dtype(), w.dtype());
+        const conv_grads d = sums.grads(1.0f);
+        const float *pooled_dy = floats_of(dy, widened_other), *pooled_y = floats_of(y, widened_y);
+        const auto source = [&]<class T>(T) { return from_pooled<T>{g, pooled_dy, pooled_y, idx.get()}; };
+        switch (r) {
+        case route::onednn_bf16:
+        case route::onednn_f32:
+            onednn_backward(g, d, [&](float* dx) {
+                detail::onednn_conv_backward_images(
+                    onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w),
+                    [&](std::size_t n, void* dst) {
+                        if (r == route::onednn_bf16) {
+                            source(bfloat16{}).put(n, static_cast<bfloat16*>(dst), g.l(), nullptr);
+                        } else {
+                            source(0.0f).put(n, static_cast<float*>(dst), g.l(), nullptr);
+                        }
+                    },
+                    dx, d.dw, d.db);
+            });
+            break;
+        case route::im2col_bf16:
+            backward(g, x, w.data<bfloat16>().data(), source(bfloat16{}), d, false);
+            break;
+        case route::im2col_f32:
+        case route::im2col_f32_onednn:
+            backward(g, x, floats_of(w, widened_w), source(0.0f), d, r == route::im2col_f32_onednn);
+            break;
+        }
         return sums.finish();
     };
     record_conv(y, x, w, bias, grads);

@@ -95,12 +95,15 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
                   Conv2dOptions options = {});
 
 /// max_pool2d(conv2d(x, w, bias, options), {2, 2}): the convolution followed by max pooling in 2×2
-/// windows with stride 2, bit for bit, with its gradient. On the float32 im2col routes each image's
-/// convolution is pooled while it is in cache, and the backward pass builds the convolution's output
-/// gradient from the pooled one image by image: the convolution's output (11 MB for the cnn's first
-/// layer) and its gradient are never written whole, nor read back. Other routes and dtypes, and measured
-/// routes, run the two ops in turn. Sequential runs a Conv2D and the MaxPool2D after it this way when
-/// nothing else needs the convolution's output (models/training/sequential.hpp).
+/// windows with stride 2, bit for bit, with its gradient. Each image's convolution is rounded to x's dtype
+/// and pooled while it is in cache (on the oneDNN routes, as each image is reordered out of the layout
+/// oneDNN wrote), and the backward pass builds the convolution's output gradient from the pooled one
+/// image by image (for oneDNN, straight into the layout its primitives read): the convolution's output
+/// (11 MB in float32 for the cnn's first layer) and its gradient are never written whole, nor read back.
+/// Measured routes, outputs under 2×2, and dtypes other than float32 while a RoundingRecorder is active
+/// (the convolution's output is rounded in pieces that never form a tensor to count) run the two ops in
+/// turn. Sequential runs a Conv2D and the MaxPool2D after it this way when nothing else needs the
+/// convolution's output (models/training/sequential.hpp).
 Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
                        Conv2dOptions options = {});
 

@@ -7,12 +7,14 @@
 // float32.
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/onednn_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 
 #include <array>
 #include <cstddef>
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 namespace mixprec::autodiff::detail {
 
@@ -63,6 +65,72 @@ struct operand {
     }
 };
 
+/// Bytes from one image of `batch` to the next, when its layout keeps each image whole and dense, one after
+/// another (the batch dimension outermost), else 0.
+std::size_t image_bytes(const dnnl::memory::desc& batch) {
+    const dnnl_memory_desc_t& d = batch.data;
+    if (d.format_kind != dnnl_blocked || d.ndims < 1 || d.dims[0] < 1) return 0;
+    const auto step =
+        static_cast<std::size_t>(d.format_desc.blocking.strides[0]) * dnnl::memory::data_type_size(batch.data_type());
+    return step * static_cast<std::size_t>(d.dims[0]) == batch.get_size() ? step : 0;
+}
+
+/// One image of `batch`, as a memory of its own.
+dnnl::memory::desc one_image(const dnnl::memory::desc& batch) {
+    dims d = batch.dims();
+    d[0] = 1;
+    return batch.submemory_desc(d, dims(d.size(), 0));
+}
+
+/// A reorder of one image of a batch between two layouts of it that keep images whole (image_bytes), for
+/// the threads of a team to run on the images they own while those are in their cache.
+struct image_reorder {
+    dnnl::memory::desc from, to;
+    dnnl::reorder run;
+    image_reorder(const dnnl::memory::desc& from_batch, const dnnl::memory::desc& to_batch)
+        : from(one_image(from_batch)),
+          to(one_image(to_batch)),
+          run(dnnl::reorder::primitive_desc(engine(), from, engine(), to)) {}
+    void operator()(const void* image, void* into) const {
+        dnnl::memory a(from, engine(), const_cast<void*>(image)), b(to, engine(), into);
+        run.execute(stream(), a, b); // on this thread: oneDNN runs serially inside a parallel region
+    }
+};
+
+/// Image n of a batch at `data` whose images are `step` bytes apart.
+inline std::byte* image_at(void* data, std::size_t n, std::size_t step) {
+    return static_cast<std::byte*>(data) + n * step;
+}
+
+/// Whether images can be reordered one by one between these layouts of a batch.
+bool by_image(const dnnl::memory::desc& a, const dnnl::memory::desc& b) {
+    return image_bytes(a) != 0 && image_bytes(b) != 0;
+}
+
+/// The per-image reorder between two layouts of a batch, made on first use.
+const image_reorder& cached(std::optional<image_reorder>& r, const dnnl::memory::desc& from,
+                            const dnnl::memory::desc& to) {
+    if (!r) r.emplace(from, to);
+    return *r;
+}
+
+/// Runs image(n) for every image of a batch of `images`, each of `per_image` values, on the threads of
+/// a team.
+template <class Image>
+void each_image(std::size_t images, std::size_t per_image, Image image) {
+    split_blocks(images, per_image, [&](std::size_t first, std::size_t end) {
+        for (std::size_t n = first; n < end; ++n) image(n);
+    });
+}
+
+/// This thread's scratch of at least `bytes`, in float32 elements (slot 0 or 1).
+float* scratch(std::size_t slot, std::size_t bytes) {
+    thread_local std::array<std::vector<float>, 2> pool;
+    const std::size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (pool[slot].size() < n) pool[slot].resize(n);
+    return pool[slot].data();
+}
+
 struct conv_plan {
     dnnl::convolution_forward::primitive_desc fwd_pd;
     dnnl::convolution_forward fwd;
@@ -75,6 +143,9 @@ struct conv_plan {
     dnnl::convolution_backward_data bwd_data;
     dnnl::convolution_backward_weights bwd_weights;
     std::optional<operand> ddy, dw_w, ddx, wx, wdy, wdw;
+
+    // The per-image reorders of the forward's results and of a backward pass's dy, made on first use.
+    std::optional<image_reorder> y_image, dy_image;
 };
 
 struct conv_descs {
@@ -119,7 +190,8 @@ conv_plan make_plan(const conv_shape& s, bool has_bias) {
     const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                              d.xo, d.wo, d.b, d.y_any, d.strides, d.dilates, d.pad_l, d.pad_r);
     dnnl::convolution_forward::primitive_desc pd(fd, engine());
-    conv_plan p{pd, dnnl::convolution_forward(pd), {}, {}, {}, has_bias, d.b, false, {}, {}, {}, {}, {}, {}, {}, {}};
+    conv_plan p{pd, dnnl::convolution_forward(pd), {}, {}, {}, has_bias, d.b, false, {}, {}, {}, {}, {}, {}, {}, {}, {},
+                {}};
     p.fx.emplace(operand_plain(s, d.x, tag::nchw), pd.src_desc(), true);
     p.fw.emplace(operand_plain(s, d.w, tag::oihw), pd.weights_desc(), true);
     p.fy.emplace(d.y, pd.dst_desc(), false);
@@ -182,34 +254,101 @@ conv_plan& plan(const conv_shape& s, bool has_bias) {
     return it->second;
 }
 
-} // namespace
-
-void onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y) {
-    conv_plan& p = plan(s, bias != nullptr);
+/// Runs the forward primitive: its results go to y, or to the plan's buffer when the primitive wants
+/// another layout (p.fy->flush(y) then reorders them into y).
+void run_forward(conv_plan& p, const void* x, const void* w, const float* bias, float* y) {
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, p.fx->in(x)}, {DNNL_ARG_WEIGHTS, p.fw->in(w)}, {DNNL_ARG_DST, p.fy->out(y)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, engine(), const_cast<float*>(bias)));
     p.fwd.execute(stream(), args);
-    p.fy->flush(y);
-    stream().wait();
 }
 
-void onednn_conv_backward(const conv_shape& s, const void* x, const void* w, const void* dy, float* dx, float* dw,
-                          float* db) {
-    conv_plan& p = plan(s, db != nullptr);
-    if (!p.backward_ready) make_backward(p, s);
+/// The backward passes from dy in the primitives' layouts: dy_data for the data pass (only when dx is
+/// wanted), dy_weights for the weights pass.
+void run_backward(conv_plan& p, const void* x, const void* w, const dnnl::memory& dy_data,
+                  const dnnl::memory& dy_weights, float* dx, float* dw, float* db) {
     if (dx) {
-        p.bwd_data.execute(stream(), {{DNNL_ARG_DIFF_DST, p.ddy->in(dy)},
-                                      {DNNL_ARG_WEIGHTS, p.dw_w->in(w)},
-                                      {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
+        p.bwd_data.execute(
+            stream(),
+            {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, p.dw_w->in(w)}, {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
         p.ddx->flush(dx);
     }
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, p.wx->in(x)}, {DNNL_ARG_DIFF_DST, p.wdy->in(dy)}, {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
+        {DNNL_ARG_SRC, p.wx->in(x)}, {DNNL_ARG_DIFF_DST, dy_weights}, {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
     if (db) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(p.bias_md, engine(), db));
     p.bwd_weights.execute(stream(), args);
     p.wdw->flush(dw);
     stream().wait();
+}
+
+conv_plan& backward_plan(const conv_shape& s, bool has_bias) {
+    conv_plan& p = plan(s, has_bias);
+    if (!p.backward_ready) make_backward(p, s);
+    return p;
+}
+
+} // namespace
+
+void onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y) {
+    conv_plan& p = plan(s, bias != nullptr);
+    run_forward(p, x, w, bias, y);
+    p.fy->flush(y);
+    stream().wait();
+}
+
+void onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
+                                const conv_image_sink& image) {
+    conv_plan& p = plan(s, bias != nullptr);
+    const std::size_t per_image = s.o * s.ho * s.wo, bytes = per_image * sizeof(float);
+    if (p.fy->to_user && by_image(p.fy->inner, p.fy->user)) { // each image reordered by the thread that takes it
+        run_forward(p, x, w, bias, nullptr);
+        stream().wait();
+        const image_reorder& r = cached(p.y_image, p.fy->inner, p.fy->user);
+        void* results = p.fy->buffer.get_data_handle();
+        const std::size_t step = image_bytes(p.fy->inner);
+        each_image(s.n, per_image, [&](std::size_t n) {
+            float* v = scratch(0, bytes);
+            r(image_at(results, n, step), v);
+            image(n, v);
+        });
+        return;
+    }
+    thread_local std::vector<float> whole; // the images as oneDNN wrote them, handed over in place
+    whole.resize(s.n * per_image);
+    onednn_conv_forward(s, x, w, bias, whole.data());
+    each_image(s.n, per_image, [&](std::size_t n) { image(n, whole.data() + n * per_image); });
+}
+
+void onednn_conv_backward(const conv_shape& s, const void* x, const void* w, const void* dy, float* dx, float* dw,
+                          float* db) {
+    conv_plan& p = backward_plan(s, db != nullptr);
+    const dnnl::memory for_data = dx ? p.ddy->in(dy) : dnnl::memory();
+    run_backward(p, x, w, for_data, p.wdy->in(dy), dx, dw, db);
+}
+
+void onednn_conv_backward_images(const conv_shape& s, const void* x, const void* w, const conv_image_source& dy_image,
+                                 float* dx, float* dw, float* db) {
+    conv_plan& p = backward_plan(s, db != nullptr);
+    const std::size_t per_image = s.o * s.ho * s.wo,
+                      bytes = per_image * dnnl::memory::data_type_size(p.wdy->user.data_type());
+    // dy made in the weights pass's layout, when the data pass wants the same one (or is not run)
+    operand& target = *p.wdy;
+    if (target.to_inner && (!dx || p.ddy->inner == target.inner) && by_image(target.user, target.inner)) {
+        const image_reorder& r = cached(p.dy_image, target.user, target.inner);
+        void* to = target.buffer.get_data_handle();
+        const std::size_t step = image_bytes(target.inner);
+        each_image(s.n, per_image, [&](std::size_t n) {
+            float* v = scratch(1, bytes);
+            dy_image(n, v);
+            r(v, image_at(to, n, step));
+        });
+        run_backward(p, x, w, target.buffer, target.buffer, dx, dw, db);
+        return;
+    }
+    thread_local std::vector<std::byte> whole;
+    whole.resize(s.n * bytes);
+    each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, whole.data() + n * bytes); });
+    onednn_conv_backward(s, x, w, whole.data(), dx, dw, db);
 }
 
 } // namespace mixprec::autodiff::detail

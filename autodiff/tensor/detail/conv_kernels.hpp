@@ -3,6 +3,7 @@
 // (ops_conv.cpp) for ConvBackend::onednn, and for bfloat16 at the avx512_bf16 level by default.
 
 #include <cstddef>
+#include <functional>
 
 namespace mixprec::autodiff::detail {
 
@@ -19,5 +20,19 @@ struct conv_shape {
 void onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y);
 void onednn_conv_backward(const conv_shape& s, const void* x, const void* w, const void* dy, float* dx, float* dw,
                           float* db);
+
+/// onednn_conv_forward with y handed over image by image instead of written whole: image(n, v) gets image
+/// n's float32 results (O, Ho, Wo) in v, this thread's scratch, to use and overwrite. Called once for
+/// each image, on the threads of a team.
+using conv_image_sink = std::function<void(std::size_t n, float* v)>;
+void onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
+                                const conv_image_sink& image);
+
+/// onednn_conv_backward with dy made image by image: dy_image(n, dst) writes image n of dy (O, Ho, Wo),
+/// in s.operands' type, at dst. Called once for each image, on the threads of a team. oneDNN reads the
+/// images in the layout its primitives want, into which each is reordered while in cache.
+using conv_image_source = std::function<void(std::size_t n, void* dst)>;
+void onednn_conv_backward_images(const conv_shape& s, const void* x, const void* w, const conv_image_source& dy_image,
+                                 float* dx, float* dw, float* db);
 
 } // namespace mixprec::autodiff::detail
