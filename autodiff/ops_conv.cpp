@@ -780,13 +780,83 @@ struct from_pooled {
     }
 };
 
-/// Whether conv2d_max_pool pools in the convolution's own pass on route r: pinned (not measured), for a
-/// pool of at least one window and argmax indices that fit 32 bits; for dtypes other than float32, only
-/// while no rounding is recorded (the convolution's output is rounded in pieces that never form a
-/// tensor, and the backward pass makes fewer exact roundings than the two ops).
-bool pools_in_pass(const geometry& g, const std::optional<route>& r, Dtype dtype) {
-    return r && g.ho >= 2 && g.wo >= 2 && g.n * g.o * g.l() <= std::numeric_limits<std::uint32_t>::max() &&
+/// Whether conv2d_max_pool pools in the convolution's own pass: for a pool of at least one window and
+/// argmax indices that fit 32 bits; for dtypes other than float32, only while no rounding is recorded
+/// (the convolution's output is rounded in pieces that never form a tensor, and the backward pass makes
+/// fewer exact roundings than the two ops).
+bool pools_in_pass(const geometry& g, Dtype dtype) {
+    return g.ho >= 2 && g.wo >= 2 && g.n * g.o * g.l() <= std::numeric_limits<std::uint32_t>::max() &&
            (dtype == Dtype::float32 || !active_rounding_recorder());
+}
+
+/// conv2d_max_pool's forward pass: the pooled outputs and their argmax (indices into the convolution's
+/// output, as max_pool2d keeps them).
+struct pooled_result {
+    Tensor y;
+    std::shared_ptr<std::uint32_t[]> idx;
+};
+
+pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const Tensor& w, const float* b) {
+    pooled_result out{Tensor::uninitialized(Shape{g.n, g.o, g.ho / 2, g.wo / 2}, x.dtype()), nullptr};
+    out.idx = std::make_shared_for_overwrite<std::uint32_t[]>(out.y.size());
+    pooled_2x2 images{g, out.y, out.idx.get()};
+    switch (r) {
+    case route::onednn_bf16:
+    case route::onednn_f32:
+        detail::onednn_conv_forward_images(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                           onednn_operand(w, r, widened_w), b, [&](std::size_t n, float* v) {
+                                               if (g.opt.relu)
+                                                   detail::vectorized([&] {
+                                                       for (std::size_t i = 0; i < g.o * g.l(); ++i)
+                                                           v[i] = relu_of(v[i]);
+                                                   });
+                                               images.done(n, v);
+                                           });
+        break;
+    case route::im2col_bf16:
+        forward(g, x, w.data<bfloat16>().data(), b, 1.0f, false, images);
+        break;
+    case route::im2col_f32:
+    case route::im2col_f32_onednn:
+        forward(g, x, floats_of(w, widened_w), b, 1.0f, r == route::im2col_f32_onednn, images);
+        break;
+    }
+    return out;
+}
+
+/// conv2d_max_pool's backward pass on route r for the pooled outputs' gradient dy: {dx (when the tape
+/// wants it), dw, and dbias when `bias`}.
+Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, bool bias, const Tensor& dy,
+                          const pooled_result& forward_result) {
+    gradient_sums sums(g, x, w, bias, x.dtype(), w.dtype());
+    const conv_grads d = sums.grads(1.0f);
+    const float *pooled_dy = floats_of(dy, widened_other), *pooled_y = floats_of(forward_result.y, widened_y);
+    const auto source = [&]<class T>(T) { return from_pooled<T>{g, pooled_dy, pooled_y, forward_result.idx.get()}; };
+    switch (r) {
+    case route::onednn_bf16:
+    case route::onednn_f32:
+        onednn_backward(g, d, [&](float* dx) {
+            detail::onednn_conv_backward_images(
+                onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w),
+                [&](std::size_t n, void* dst) {
+                    if (r == route::onednn_bf16) {
+                        source(bfloat16{}).put(n, static_cast<bfloat16*>(dst), g.l(), nullptr);
+                    } else {
+                        source(0.0f).put(n, static_cast<float*>(dst), g.l(), nullptr);
+                    }
+                },
+                dx, d.dw, d.db);
+        });
+        break;
+    case route::im2col_bf16:
+        backward(g, x, w.data<bfloat16>().data(), source(bfloat16{}), d, false);
+        break;
+    case route::im2col_f32:
+    case route::im2col_f32_onednn:
+        backward(g, x, floats_of(w, widened_w), source(0.0f), d, r == route::im2col_f32_onednn);
+        break;
+    }
+    return sums.finish();
 }
 
 } // namespace
@@ -846,68 +916,18 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
 
 Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, Conv2dOptions options) {
     const geometry g = check(x, w, bias, options);
+    if (!pools_in_pass(g, x.dtype())) return max_pool2d(conv2d(x, w, bias, options), {2, 2}, {2, 2}, {0, 0});
     const std::optional<route> pinned = pinned_route(g, x.dtype(), options.backend);
-    if (!pools_in_pass(g, pinned, x.dtype())) return max_pool2d(conv2d(x, w, bias, options), {2, 2}, {2, 2}, {0, 0});
-    const route r = *pinned;
-    Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho / 2, g.wo / 2}, x.dtype());
-    std::shared_ptr<std::uint32_t[]> idx = std::make_shared_for_overwrite<std::uint32_t[]>(y.size());
-    pooled_2x2 images{g, y, idx.get()};
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
-    switch (r) {
-    case route::onednn_bf16:
-    case route::onednn_f32:
-        detail::onednn_conv_forward_images(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                           onednn_operand(w, r, widened_w), b, [&](std::size_t n, float* v) {
-                                               if (g.opt.relu)
-                                                   detail::vectorized([&] {
-                                                       for (std::size_t i = 0; i < g.o * g.l(); ++i)
-                                                           v[i] = relu_of(v[i]);
-                                                   });
-                                               images.done(n, v);
-                                           });
-        break;
-    case route::im2col_bf16:
-        forward(g, x, w.data<bfloat16>().data(), b, 1.0f, false, images);
-        break;
-    case route::im2col_f32:
-    case route::im2col_f32_onednn:
-        forward(g, x, floats_of(w, widened_w), b, 1.0f, r == route::im2col_f32_onednn, images);
-        break;
-    }
-    if (!conv_recorded(x, w, bias)) return y;
-    const auto grads = [x, w, has_bias = bias.has_value(), g, r, y, idx](const Tensor& dy) {
-        gradient_sums sums(g, x, w, has_bias, x.dtype(), w.dtype());
-        const conv_grads d = sums.grads(1.0f);
-        const float *pooled_dy = floats_of(dy, widened_other), *pooled_y = floats_of(y, widened_y);
-        const auto source = [&]<class T>(T) { return from_pooled<T>{g, pooled_dy, pooled_y, idx.get()}; };
-        switch (r) {
-        case route::onednn_bf16:
-        case route::onednn_f32:
-            onednn_backward(g, d, [&](float* dx) {
-                detail::onednn_conv_backward_images(
-                    onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w),
-                    [&](std::size_t n, void* dst) {
-                        if (r == route::onednn_bf16) {
-                            source(bfloat16{}).put(n, static_cast<bfloat16*>(dst), g.l(), nullptr);
-                        } else {
-                            source(0.0f).put(n, static_cast<float*>(dst), g.l(), nullptr);
-                        }
-                    },
-                    dx, d.dw, d.db);
-            });
-            break;
-        case route::im2col_bf16:
-            backward(g, x, w.data<bfloat16>().data(), source(bfloat16{}), d, false);
-            break;
-        case route::im2col_f32:
-        case route::im2col_f32_onednn:
-            backward(g, x, floats_of(w, widened_w), source(0.0f), d, r == route::im2col_f32_onednn);
-            break;
-        }
-        return sums.finish();
+    const auto forward_on = [&](route r) { return pooled_forward(g, r, x, w, b); };
+    const pooled_result out = run_on(pinned, "pooled forward", g, x.dtype(), forward_on);
+    if (!conv_recorded(x, w, bias)) return out.y;
+    const auto grads = [x, w, has_bias = bias.has_value(), g, pinned, out](const Tensor& dy) {
+        const auto backward_on = [&](route r) { return pooled_backward(g, r, x, w, has_bias, dy, out); };
+        return run_on(pinned, "pooled backward", g, x.dtype(), backward_on);
     };
-    record_conv(y, x, w, bias, grads);
-    return y;
+    record_conv(out.y, x, w, bias, grads);
+    return out.y;
 }
 
 } // namespace mixprec::autodiff

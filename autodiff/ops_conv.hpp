@@ -100,9 +100,10 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
 /// oneDNN wrote), and the backward pass builds the convolution's output gradient from the pooled one
 /// image by image (for oneDNN, straight into the layout its primitives read): the convolution's output
 /// (11 MB in float32 for the cnn's first layer) and its gradient are never written whole, nor read back.
-/// Measured routes, outputs under 2×2, and dtypes other than float32 while a RoundingRecorder is active
-/// (the convolution's output is rounded in pieces that never form a tensor to count) run the two ops in
-/// turn. Sequential runs a Conv2D and the MaxPool2D after it this way when nothing else needs the
+/// ConvBackend::measured times these fused passes on each route, as choices of their own ("conv2d pooled
+/// forward …", "conv2d pooled backward …"). Outputs under 2×2, and dtypes other than float32 while a
+/// RoundingRecorder is active (the convolution's output is rounded in pieces that never form a tensor to
+/// count), run the two ops in turn. Sequential runs a Conv2D and the MaxPool2D after it this way when nothing else needs the
 /// convolution's output (models/training/sequential.hpp).
 Tensor conv2d_max_pool(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias = std::nullopt,
                        Conv2dOptions options = {});

@@ -297,9 +297,9 @@ BOOST_AUTO_TEST_CASE(conv2d_relu_is_relu_of_conv2d_bit_for_bit) {
     }
 }
 
-// conv2d_max_pool gives max_pool2d(conv2d(…), {2, 2}) bit for bit on every route and dtype (pinned routes
-// fused, measured ones in turn): the pooled outputs, and dx, dw and dbias, with and without the ReLU and
-// the bias, for even and odd outputs (26 → 13, 11 → 5, 7 → 3: an odd last row and column in no window),
+// conv2d_max_pool gives max_pool2d(conv2d(…), {2, 2}) bit for bit on every pinned route and dtype (the
+// measured routes: conv2d_max_pool_measures_its_routes): the pooled outputs, and dx, dw and dbias, with
+// and without the ReLU and the bias, for even and odd outputs (26 → 13, 11 → 5, 7 → 3: an odd last row and column in no window),
 // with padding and stride, with and without the input's gradient, for an output gradient with infinities
 // and negative values; channel counts that fill oneDNN's blocks of 16 and that leave them part empty.
 BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
@@ -320,6 +320,7 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
                 for (bool with_bias : {true, false})
                     for (bool input_gradient : {true, false})
                         for (const auto& [backend, route] : backends) {
+                            if (backend == ConvBackend::measured) continue;
                             const Tensor x = random(k.x, -1.0f, 1.0f, ++seed).to(dtype);
                             const Tensor w = random(k.w, -1.0f, 1.0f, ++seed).to(dtype);
                             const std::optional<Tensor> b =
@@ -417,6 +418,24 @@ std::string measured_for(const std::string& start) {
     return "";
 }
 
+/// What a measured op promises once its first call gave `first` (results, then y last): its forward and
+/// backward choices listed under these keys; the same bits at the next call, without measuring again; y's
+/// bits those of the backend its forward pass chose, and every result's when the backward pass chose the
+/// same one. run(backend) calls the op (on the backend named, or measured) with a tape.
+template <class Run>
+void kept_and_chosen(const std::string& forward_key, const std::string& backward_key, const std::vector<Tensor>& first,
+                     Run run) {
+    const std::string forward = measured_for(forward_key), backward = measured_for(backward_key);
+    BOOST_TEST_REQUIRE(!forward.empty());
+    BOOST_TEST_REQUIRE(!backward.empty());
+    const std::size_t listed = measured_choices().size();
+    BOOST_TEST(same_bits(run(ConvBackend::measured), first));
+    BOOST_TEST(measured_choices().size() == listed); // measured once
+    const std::vector<Tensor> chosen = run(conv_backend_named(forward));
+    BOOST_TEST(std::memcmp(chosen.back().raw(), first.back().raw(), first.back().nbytes()) == 0);
+    if (forward == backward) BOOST_TEST(same_bits(chosen, first));
+}
+
 // ConvBackend::measured times the routes once per pass and shape, lists its choice with each route's
 // time, and from then on gives the bits of the backend it chose, every call.
 BOOST_AUTO_TEST_CASE(measured_routes_are_listed_and_kept) {
@@ -437,10 +456,6 @@ BOOST_AUTO_TEST_CASE(measured_routes_are_listed_and_kept) {
             if (dtype != Dtype::float32) BOOST_TEST(measured_count > 0u);
             const std::string shape = " x (5, 3, 10, 11) w (4, 3, 3, 3) " + std::string(name_of(dtype)) +
                                       " stride (1, 1) padding (1, 1) dilation (1, 1)";
-            const std::string forward = measured_for("conv2d forward" + shape),
-                              backward = measured_for("conv2d backward" + shape);
-            BOOST_TEST_REQUIRE(!forward.empty());
-            BOOST_TEST_REQUIRE(!backward.empty());
             for (const std::string& line : measured_choices())
                 if (line.find(shape) != std::string::npos) {
                     BOOST_TEST_MESSAGE(line);
@@ -448,14 +463,34 @@ BOOST_AUTO_TEST_CASE(measured_routes_are_listed_and_kept) {
                     BOOST_TEST(line.find("onednn ") != std::string::npos);
                     BOOST_TEST(line.find(" ms") != std::string::npos);
                 }
-            const std::size_t listed = measured_choices().size();
-            BOOST_TEST(same_bits(conv_and_gradients(x, w, b, dy, ConvBackend::measured), first));
-            BOOST_TEST(measured_choices().size() == listed); // measured once
-            // The forward's bits are those of the backend it chose, and so are the gradients' when the
-            // backward chose the same one.
-            const auto chosen = conv_and_gradients(x, w, b, dy, conv_backend_named(forward));
-            BOOST_TEST(std::memcmp(chosen[3].raw(), first[3].raw(), first[3].nbytes()) == 0);
-            if (forward == backward) BOOST_TEST(same_bits(chosen, first));
+            kept_and_chosen("conv2d forward" + shape, "conv2d backward" + shape, first,
+                            [&](ConvBackend backend) { return conv_and_gradients(x, w, b, dy, backend); });
+        }
+}
+
+// With ConvBackend::measured, conv2d_max_pool times its own fused passes on each route, once per pass and
+// shape, lists its choices, and keeps them: its pooled outputs are the two ops' on the route its forward
+// pass chose, and so are its gradients when the backward pass chose the same route.
+BOOST_AUTO_TEST_CASE(conv2d_max_pool_measures_its_routes) {
+    const Shape xs{4, 3, 12, 10}, ws{5, 3, 3, 3};
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) BOOST_TEST_CONTEXT(name_of(dtype)) {
+            const Tensor x = random(xs, -1.0f, 1.0f, 760).to(dtype), w = random(ws, -1.0f, 1.0f, 761).to(dtype);
+            const Tensor b = random(Shape{5}, -0.5f, 0.5f, 762).to(dtype);
+            const Tensor dy = random(Shape{4, 5, 5, 4}, -1.0f, 1.0f, 763).to(dtype);
+            const auto run = [&](ConvBackend backend, bool fused) {
+                const Conv2dOptions o{.backend = backend, .relu = true};
+                GradientTape tape;
+                for (const Tensor* t : {&x, &w, &b}) tape.watch(*t);
+                const Tensor y = fused ? conv2d_max_pool(x, w, b, o) : max_pool2d(conv2d(x, w, b, o), {2, 2});
+                std::vector<Tensor> out = tape.gradient(mul(y, dy), std::vector<Tensor>{x, w, b});
+                out.push_back(y);
+                return out;
+            };
+            const std::vector<Tensor> first = run(ConvBackend::measured, true);
+            const std::string shape = " x (4, 3, 12, 10) w (5, 3, 3, 3) " + std::string(name_of(dtype)) +
+                                      " stride (1, 1) padding (0, 0) dilation (1, 1)";
+            kept_and_chosen("conv2d pooled forward" + shape, "conv2d pooled backward" + shape, first,
+                            [&](ConvBackend backend) { return run(backend, backend == ConvBackend::measured); });
         }
 }
 

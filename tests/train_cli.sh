@@ -279,7 +279,7 @@ if [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     resumed=$(sed -n 's/.*weights digest \([0-9a-f]*\).*/\1/p' "$work/measured-resumed")
     timed=$(cat "$work/measured-straight" "$work/measured-resumed" | grep -c "best of")
     if [ -n "$straight" ] && [ "$straight" = "$resumed" ] && [ "$timed" -eq 0 ] &&
-        grep -q "conv2d forward x (128, 1, 28, 28) .*: im2col, adopted" "$work/measured-resumed"; then
+        grep -q "conv2d pooled forward x (128, 1, 28, 28) .*: im2col, adopted" "$work/measured-resumed"; then
         echo "ok: measured runs with kept choices repeat and resume exactly ($straight)"
     else
         echo "FAILED: measured runs with kept choices: straight $straight, resumed $resumed, $timed timed"
