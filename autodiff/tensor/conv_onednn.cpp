@@ -86,10 +86,13 @@ dnnl::memory::desc one_image(const dnnl::memory::desc& batch) {
 /// the threads of a team to run on the images they own while those are in their cache.
 struct image_reorder {
     dnnl::memory::desc from, to;
+    std::size_t from_step, to_step; // bytes from one image to the next in each batch layout
     dnnl::reorder run;
     image_reorder(const dnnl::memory::desc& from_batch, const dnnl::memory::desc& to_batch)
         : from(one_image(from_batch)),
           to(one_image(to_batch)),
+          from_step(image_bytes(from_batch)),
+          to_step(image_bytes(to_batch)),
           run(dnnl::reorder::primitive_desc(engine(), from, engine(), to)) {}
     void operator()(const void* image, void* into) const {
         dnnl::memory a(from, engine(), const_cast<void*>(image)), b(to, engine(), into);
@@ -305,10 +308,9 @@ void onednn_conv_forward_images(const conv_shape& s, const void* x, const void* 
         stream().wait();
         const image_reorder& r = cached(p.y_image, p.fy->inner, p.fy->user);
         void* results = p.fy->buffer.get_data_handle();
-        const std::size_t step = image_bytes(p.fy->inner);
         each_image(s.n, per_image, [&](std::size_t n) {
             float* v = scratch(0, bytes);
-            r(image_at(results, n, step), v);
+            r(image_at(results, n, r.from_step), v);
             image(n, v);
         });
         return;
@@ -336,11 +338,10 @@ void onednn_conv_backward_images(const conv_shape& s, const void* x, const void*
     if (target.to_inner && (!dx || p.ddy->inner == target.inner) && by_image(target.user, target.inner)) {
         const image_reorder& r = cached(p.dy_image, target.user, target.inner);
         void* to = target.buffer.get_data_handle();
-        const std::size_t step = image_bytes(target.inner);
         each_image(s.n, per_image, [&](std::size_t n) {
             float* v = scratch(1, bytes);
             dy_image(n, v);
-            r(v, image_at(to, n, step));
+            r(v, image_at(to, n, r.to_step));
         });
         run_backward(p, x, w, target.buffer, target.buffer, dx, dw, db);
         return;

@@ -72,9 +72,7 @@ Tensor Layer::operator()(const Tensor& x, const CallContext& context) {
     if (telemetry)
         rounding.emplace(
             autodiff::RoundingRecorderOptions{.histogram = telemetry->options().histogram, .writes = false});
-    const autodiff::Dtype compute = policy().compute_dtype();
-    Tensor y = keeps_input_dtype() || x.dtype() == compute ? forward(x, context)
-                                                           : forward(autodiff::cast(x, compute), context);
+    Tensor y = forward(compute_input(x), context);
     if (scope.outermost() && context.layer_scaling)
         if (const float factor = context.layer_scaling->factor(name_); factor != 1.0f)
             y = autodiff::scale_gradient(y, factor);
@@ -94,8 +92,12 @@ std::optional<Tensor> Layer::call_fused(const Layer& next, const Tensor& x, cons
     if (!next.keeps_input_dtype() && next.policy().compute_dtype() != compute) return std::nullopt;
     detail::check_batch(*this, input_shape_, x.shape());
     const autodiff::OpScope scope(name_);
-    return keeps_input_dtype() || x.dtype() == compute ? forward_fused(next, x, context)
-                                                       : forward_fused(next, autodiff::cast(x, compute), context);
+    return forward_fused(next, compute_input(x), context);
+}
+
+Tensor Layer::compute_input(const Tensor& x) const {
+    const autodiff::Dtype compute = policy().compute_dtype();
+    return keeps_input_dtype() || x.dtype() == compute ? x : autodiff::cast(x, compute);
 }
 
 Tensor Layer::forward_fused(const Layer& next, const Tensor&, const CallContext&) {

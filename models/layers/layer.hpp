@@ -126,6 +126,8 @@ class Layer {
     Variable make_variable(const Tensor& initial, const std::string& name, bool trainable = true) const;
 
   private:
+    /// x as forward() takes it: cast to the policy's compute dtype, unless keeps_input_dtype().
+    Tensor compute_input(const Tensor& x) const;
     std::string name_;
     std::optional<amp::Policy> own_policy_;
     std::optional<amp::Policy> built_policy_;

@@ -133,12 +133,13 @@ Tensor Conv2D::padded(const Tensor& x) const {
 
 bool Conv2D::in_fp8(const CallContext& context) { return context.fp8 != nullptr && policy().fp8_products() && fp8(); }
 
+std::optional<Tensor> Conv2D::bias() const { return bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt; }
+
 Tensor Conv2D::forward(const Tensor& x, const CallContext& context) {
     const autodiff::Conv2dOptions options = conv_options();
-    const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
-    const Tensor y = in_fp8(context) ? autodiff::conv2d_fp8(padded(x), kernel_var_->read(), bias,
+    const Tensor y = in_fp8(context) ? autodiff::conv2d_fp8(padded(x), kernel_var_->read(), bias(),
                                                             context.fp8->dense_casts(name()), options)
-                                     : autodiff::conv2d(padded(x), kernel_var_->read(), bias, options);
+                                     : autodiff::conv2d(padded(x), kernel_var_->read(), bias(), options);
     return options.relu ? y : apply_activation(y, activation_);
 }
 
@@ -150,8 +151,7 @@ bool Conv2D::fuses_with(const Layer& next, const CallContext& context) {
 }
 
 Tensor Conv2D::forward_fused(const Layer&, const Tensor& x, const CallContext&) {
-    const std::optional<Tensor> bias = bias_ ? std::optional<Tensor>(bias_->read()) : std::nullopt;
-    return autodiff::conv2d_max_pool(padded(x), kernel_var_->read(), bias, conv_options());
+    return autodiff::conv2d_max_pool(padded(x), kernel_var_->read(), bias(), conv_options());
 }
 
 } // namespace mixprec::models

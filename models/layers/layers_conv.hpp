@@ -52,6 +52,7 @@ class Conv2D final : public Layer, public Fp8Choice {
     /// conv2d's options for this layer, and x padded for them.
     autodiff::Conv2dOptions conv_options() const;
     Tensor padded(const Tensor& x) const;
+    std::optional<Tensor> bias() const; ///< the bias variable's value, if the layer has one
     bool in_fp8(const CallContext& context);
 
     std::size_t filters_;
