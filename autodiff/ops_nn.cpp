@@ -2,6 +2,7 @@
 
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
@@ -28,6 +29,24 @@ void floats_into(const Tensor& t, std::size_t at, std::size_t n, float* dst) {
     }
 }
 
+/// Rows of a layer norm handled together: their sums' chains interleave (a row's sum is one chain of
+/// dependent adds; one row at a time waits on each add).
+constexpr std::size_t rows_at_once = 8;
+
+/// sums[i] = Σ_j term(i, j), j from 0 to d − 1 in order, for rows i < n ≤ rows_at_once: each row summed
+/// as a loop over that row alone sums it, the rows side by side.
+template <class Term>
+void row_sums(std::size_t n, std::size_t d, float* sums, Term term) {
+    std::fill_n(sums, n, 0.0f);
+    if (n == rows_at_once) {
+        for (std::size_t j = 0; j < d; ++j)
+            for (std::size_t i = 0; i < rows_at_once; ++i) sums[i] += term(i, j);
+    } else {
+        for (std::size_t j = 0; j < d; ++j)
+            for (std::size_t i = 0; i < n; ++i) sums[i] += term(i, j);
+    }
+}
+
 } // namespace
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
@@ -40,12 +59,35 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     check_same_dtype(x, gamma, "layer_norm (x, gamma)");
     check_same_dtype(x, beta, "layer_norm (x, beta)");
 
-    // Rows are independent: blocks of them run on every thread, each row computed as one thread would.
-    // xhat (the normalized rows) and 1/σ per row are kept for the backward pass. xhat is left
-    // uninitialized (the blocks write all of it): zeroing it first was a pass on one thread.
+    // Rows are independent: blocks of them run on every thread, each row computed as one thread would,
+    // in the copy compiled for the level in use (isa_kernels.hpp). xhat (the normalized rows) and 1/σ per
+    // row are kept for the backward pass. xhat is left uninitialized (the blocks write all of it): zeroing
+    // it first was a pass on one thread.
     std::shared_ptr<float[]> xhat = std::make_shared_for_overwrite<float[]>(x.size());
     auto rstd = std::make_shared<std::vector<float>>(rows);
     const std::vector<float> g = gamma.to_floats(), b = beta.to_floats();
+    // rows [r0, r1): xr holds them widened and becomes their xhat; o gets their result in float32
+    const auto normalize = [&](float* xr, float* o, std::size_t r0, std::size_t r1) {
+        for (std::size_t t = r0; t < r1; t += rows_at_once) {
+            const std::size_t n = std::min(rows_at_once, r1 - t), at = (t - r0) * d;
+            std::array<float, rows_at_once> mean, var;
+            row_sums(n, d, mean.data(), [&](std::size_t i, std::size_t j) { return xr[at + i * d + j]; });
+            for (std::size_t i = 0; i < n; ++i) mean[i] /= static_cast<float>(d);
+            row_sums(n, d, var.data(), [&](std::size_t i, std::size_t j) {
+                const float c = xr[at + i * d + j] - mean[i];
+                return c * c;
+            });
+            for (std::size_t i = 0; i < n; ++i) {
+                const float rs = (*rstd)[t + i] = 1.0f / std::sqrt(var[i] / static_cast<float>(d) + epsilon);
+                float* xi = xr + at + i * d;
+                float* oi = o + at + i * d;
+                for (std::size_t j = 0; j < d; ++j) {
+                    xi[j] = (xi[j] - mean[i]) * rs;
+                    oi[j] = g[j] * xi[j] + b[j];
+                }
+            }
+        }
+    };
     Tensor y = Tensor::uninitialized(x.shape(), x.dtype());
     {
         RoundingBatch rounding(y);
@@ -54,19 +96,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
             float* xr = xhat.get() + r0 * d;
             floats_into(x, r0 * d, (r1 - r0) * d, xr);
             float* o = kernels::detail::result_at(y, r0 * d, (r1 - r0) * d, out);
-            for (std::size_t r = r0; r < r1; ++r, xr += d, o += d) {
-                float mean = 0, var = 0;
-                for (std::size_t j = 0; j < d; ++j) mean += xr[j];
-                mean /= static_cast<float>(d);
-                for (std::size_t j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
-                var /= static_cast<float>(d);
-                const float rs = (*rstd)[r] = 1.0f / std::sqrt(var + epsilon);
-                for (std::size_t j = 0; j < d; ++j) {
-                    xr[j] = (xr[j] - mean) * rs;
-                    o[j] = g[j] * xr[j] + b[j];
-                }
-            }
-            kernels::detail::store(o - (r1 - r0) * d, y, r0 * d, (r1 - r0) * d, rounding);
+            detail::vectorized([&] { normalize(xr, o, r0, r1); });
+            kernels::detail::store(o, y, r0 * d, (r1 - r0) * d, rounding);
         });
     }
     if (should_record({&x, &gamma, &beta}))
@@ -74,41 +105,50 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
             const std::vector<float> gs = gamma.to_floats();
             const Dtype t = gamma.dtype();
             const auto dys = std::make_unique_for_overwrite<float[]>(dy.size()); // every block writes its rows
+            // rows [r0, r1) of dx in float32 into o, from their dy (dyr) and xhat (xr)
+            const auto rows_of_dx = [&](const float* dyr, const float* xr, float* o, std::size_t r0, std::size_t r1) {
+                for (std::size_t t = r0; t < r1; t += rows_at_once) {
+                    const std::size_t n = std::min(rows_at_once, r1 - t), at = (t - r0) * d;
+                    std::array<float, rows_at_once> mean_g, mean_gx;
+                    row_sums(n, d, mean_g.data(),
+                             [&](std::size_t i, std::size_t j) { return gs[j] * dyr[at + i * d + j]; });
+                    row_sums(n, d, mean_gx.data(), [&](std::size_t i, std::size_t j) {
+                        return gs[j] * dyr[at + i * d + j] * xr[at + i * d + j];
+                    });
+                    for (std::size_t i = 0; i < n; ++i) {
+                        const float mg = mean_g[i] / static_cast<float>(d), mgx = mean_gx[i] / static_cast<float>(d);
+                        const float rs = (*rstd)[t + i];
+                        const float *dyi = dyr + at + i * d, *xi = xr + at + i * d;
+                        float* oi = o + at + i * d;
+                        for (std::size_t j = 0; j < d; ++j) oi[j] = rs * (gs[j] * dyi[j] - mg - xi[j] * mgx);
+                    }
+                }
+            };
             Tensor dx = Tensor::uninitialized(shape, t);
             {
                 RoundingBatch rounding(dx);
                 detail::split_blocks(rows, d, [&](std::size_t r0, std::size_t r1) {
-                    thread_local std::vector<float> out, gx;
-                    gx.resize(d);
+                    thread_local std::vector<float> out;
                     float* dyr = dys.get() + r0 * d;
                     floats_into(dy, r0 * d, (r1 - r0) * d, dyr);
-                    const float* xr = xhat.get() + r0 * d;
                     float* o = kernels::detail::result_at(dx, r0 * d, (r1 - r0) * d, out);
-                    for (std::size_t r = r0; r < r1; ++r, dyr += d, xr += d, o += d) {
-                        float mean_g = 0, mean_gx = 0;
-                        for (std::size_t j = 0; j < d; ++j) {
-                            gx[j] = gs[j] * dyr[j];
-                            mean_g += gx[j];
-                            mean_gx += gx[j] * xr[j];
-                        }
-                        mean_g /= static_cast<float>(d);
-                        mean_gx /= static_cast<float>(d);
-                        for (std::size_t j = 0; j < d; ++j) o[j] = (*rstd)[r] * (gx[j] - mean_g - xr[j] * mean_gx);
-                    }
-                    kernels::detail::store(o - (r1 - r0) * d, dx, r0 * d, (r1 - r0) * d, rounding);
+                    detail::vectorized([&] { rows_of_dx(dyr, xhat.get() + r0 * d, o, r0, r1); });
+                    kernels::detail::store(o, dx, r0 * d, (r1 - r0) * d, rounding);
                 });
             }
             // dgamma and dbeta sum over the rows in order: split by columns instead.
             std::vector<float> dgamma(d, 0.0f), dbeta(d, 0.0f);
             detail::split(d, 16, [&](std::size_t j0, std::size_t j1) {
-                for (std::size_t r = 0; r < rows; ++r) {
-                    const float* dyr = dys.get() + r * d;
-                    const float* xr = xhat.get() + r * d;
-                    for (std::size_t j = j0; j < j1; ++j) {
-                        dgamma[j] += dyr[j] * xr[j];
-                        dbeta[j] += dyr[j];
+                detail::vectorized([&] {
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        const float* dyr = dys.get() + r * d;
+                        const float* xr = xhat.get() + r * d;
+                        for (std::size_t j = j0; j < j1; ++j) {
+                            dgamma[j] += dyr[j] * xr[j];
+                            dbeta[j] += dyr[j];
+                        }
                     }
-                }
+                });
             });
             return Gradients{std::move(dx), Tensor::from_floats(Shape{d}, dgamma, t),
                              Tensor::from_floats(Shape{d}, dbeta, t)};

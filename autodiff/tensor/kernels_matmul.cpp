@@ -130,9 +130,13 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
 
 /// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
 /// a (unless float32), multiplying them (OpenBLAS runs on one thread inside a parallel region) and
-/// rounding its rows of the result. OpenBLAS's own threading costs more than such a product is worth
-/// (at 128x512x10 splitting by rows takes about half the time); larger products go to it.
-constexpr std::size_t row_split_below = std::size_t{1} << 21;
+/// rounding its rows of the result. OpenBLAS's own threading costs more than such a product is worth: at
+/// 128x512x10 splitting by rows takes about half the time, and at the ViT's 2048x64x192, 2048x64x64 and
+/// 2048x128x64 it takes 0.6 to 0.8 of it (two threads, AMD EPYC Zen 4), as it zeroes, packs and sums in
+/// one pass per thread what OpenBLAS spreads over several. Larger products go to OpenBLAS's threads.
+/// Each row is summed as one thread sums it, so these products have the same bits at every thread count
+/// (OpenBLAS's threads sum some shapes in another order: the MLP's 128x784x512 among them).
+constexpr std::size_t row_split_below = std::size_t{1} << 26;
 
 /// The product of a and b as matmul makes it on the sgemm route (OpenBLAS's, or oneDNN's with `onednn`):
 /// widened operands, float32 sums, then alpha, the bias and one rounding into a new `shape`, `dtype` tensor.
