@@ -4,6 +4,7 @@
 #include <mixprec/version.hpp>
 
 #include <mixprec/autodiff/gradcheck.hpp>
+#include <mixprec/autodiff/ops_attention.hpp>
 #include <mixprec/autodiff/ops_conv.hpp>
 #include <mixprec/autodiff/ops_elementwise.hpp>
 #include <mixprec/autodiff/ops_fp8.hpp>

@@ -13,6 +13,7 @@ target_sources(mixprec PRIVATE
   autodiff/tensor/tensor_xt.cpp
   autodiff/tensor/kernels_elementwise.cpp
   autodiff/tensor/kernels_matmul.cpp
+  autodiff/tensor/kernels_attention.cpp
   autodiff/tensor/kernels_quantize.cpp
   autodiff/tensor/kernels_mx.cpp
   autodiff/tensor/matmul_onednn.cpp
@@ -27,6 +28,7 @@ target_sources(mixprec PRIVATE
   autodiff/ops_shape.cpp
   autodiff/ops_reduce.cpp
   autodiff/ops_softmax.cpp
+  autodiff/ops_attention.cpp
   autodiff/ops_conv.cpp
   autodiff/conv_backend.cpp
   autodiff/tensor/conv_onednn.cpp

@@ -1,5 +1,5 @@
-/// MultiHeadSelfAttention: the fused q/k/v projection, the per-head scaled dot-product attention (heads
-/// split with reshape and transpose, batched products over batch × heads) and the output projection.
+/// MultiHeadSelfAttention: the fused q/k/v projection, the per-head scaled dot-product attention
+/// (autodiff::self_attention, on the heads as the projection packs them) and the output projection.
 
 #include <mixprec/models/layers/attention.hpp>
 
@@ -7,12 +7,8 @@
 #include <mixprec/models/layers/detail/products.hpp>
 #include <mixprec/models/layers/initializers.hpp>
 
-#include <mixprec/autodiff/ops_elementwise.hpp>
-#include <mixprec/autodiff/ops_matmul.hpp>
-#include <mixprec/autodiff/ops_shape.hpp>
-#include <mixprec/autodiff/ops_softmax.hpp>
+#include <mixprec/autodiff/ops_attention.hpp>
 
-#include <cmath>
 #include <stdexcept>
 
 namespace mixprec::models {
@@ -54,25 +50,11 @@ Shape MultiHeadSelfAttention::do_build(const Shape& input_shape, Rng& init_rng) 
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x, const CallContext& call) {
-    const std::size_t batch = x.shape()[0], tokens = x.shape()[1], heads = heads_, key_dim = key_dim_;
-    const std::size_t inner = heads * key_dim;
-
-    // (B, T, 3HK) -> (3, B, H, T, K): queries, keys and values, each (B·H, T, K) after the split.
-    Tensor qkv = detail::product(x, variables_[0].read(), variables_[1].read(), policy(), fp8(), call, name() + "/qkv");
-    qkv = ad::transpose(ad::reshape(qkv, Shape{batch, tokens, 3, heads, key_dim}), {2, 0, 3, 1, 4});
-    const Shape per_head{batch * heads, tokens, key_dim};
-    const Tensor q = ad::scale(ad::reshape(ad::slice(qkv, 0, 0, 1), per_head),
-                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim))));
-    const Tensor k = ad::reshape(ad::slice(qkv, 0, 1, 2), per_head);
-    const Tensor v = ad::reshape(ad::slice(qkv, 0, 2, 3), per_head);
-
-    const Tensor weights = ad::softmax(ad::matmul(q, k, {.transpose_b = true}), -1); // (B·H, T, T)
-    Tensor context = ad::matmul(weights, v);                                         // (B·H, T, K)
-
-    // (B, H, T, K) -> (B, T, H, K): heads side by side, then the output projection.
-    context = ad::transpose(ad::reshape(context, Shape{batch, heads, tokens, key_dim}), {0, 2, 1, 3});
-    return detail::product(ad::reshape(context, Shape{batch, tokens, inner}), variables_[2].read(),
-                           variables_[3].read(), policy(), fp8(), call, name() + "/output");
+    const Tensor qkv =
+        detail::product(x, variables_[0].read(), variables_[1].read(), policy(), fp8(), call, name() + "/qkv");
+    const Tensor context = ad::self_attention(qkv, heads_, key_dim_); // (B, T, H·K)
+    return detail::product(context, variables_[2].read(), variables_[3].read(), policy(), fp8(), call,
+                           name() + "/output");
 }
 
 } // namespace mixprec::models
