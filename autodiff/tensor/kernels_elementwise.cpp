@@ -50,6 +50,19 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
     const auto stride = detail::broadcast_strides(shape, x.shape());
     std::vector<float> sum(shape.elements(), 0.0f);
     const std::size_t n = x.shape()[x.rank() - 1];
+    if (shape == Shape{n} && n != 0) { // one sum per column (a bias's gradient): the columns over the threads
+        const std::size_t rows = x.size() / n;
+        autodiff::detail::split(n, 16, [&](std::size_t j0, std::size_t j1) {
+            std::vector<float> wide(x.dtype() == Dtype::float32 ? 0 : j1 - j0);
+            autodiff::detail::vectorized([&] {
+                for (std::size_t r = 0; r < rows; ++r) {
+                    const float* row = detail::floats_at(x, r * n + j0, j1 - j0, wide);
+                    for (std::size_t j = j0; j < j1; ++j) sum[j] += row[j - j0];
+                }
+            });
+        });
+        return Tensor::from_floats(shape, sum, x.dtype());
+    }
     const bool inner = stride.back() == 1;
     std::vector<float> wide(x.dtype() == Dtype::float32 ? 0 : n);
     detail::for_each_row(x.shape(), stride, stride, [&](std::size_t out, std::size_t, std::size_t r) {

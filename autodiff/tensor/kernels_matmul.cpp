@@ -128,15 +128,15 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
     finish_rows(c, alpha, bias, out, s.n, r0, r1, rounding);
 }
 
-/// Below this many multiply-adds a product is split by rows over the threads, each widening its rows of
-/// a (unless float32), multiplying them (OpenBLAS runs on one thread inside a parallel region) and
-/// rounding its rows of the result. OpenBLAS's own threading costs more than such a product is worth: at
-/// 128x512x10 splitting by rows takes about half the time, and at the ViT's 2048x64x192, 2048x64x64 and
-/// 2048x128x64 it takes 0.6 to 0.8 of it (two threads, AMD EPYC Zen 4), as it zeroes, packs and sums in
-/// one pass per thread what OpenBLAS spreads over several. Larger products go to OpenBLAS's threads.
-/// Each row is summed as one thread sums it, so these products have the same bits at every thread count
-/// (OpenBLAS's threads sum some shapes in another order: the MLP's 128x784x512 among them).
-constexpr std::size_t row_split_below = std::size_t{1} << 26;
+/// A product is split by rows over the threads, each widening its rows of a (unless float32), multiplying
+/// them (OpenBLAS runs on one thread inside a parallel region) and rounding its rows of the result, when it
+/// has fewer multiply-adds than this, or when b has at most `small_b` elements, whatever its size: then
+/// each thread packs all of b at little cost. OpenBLAS's own threading costs more than such a product is
+/// worth: at 128x512x10 splitting by rows takes about half the time, and at the ViT's 2048x64x192,
+/// 2048x64x64 and 2048x128x64 0.6 to 0.8 of it (two threads, AMD EPYC Zen 4), as one pass per thread
+/// zeroes, packs and sums what OpenBLAS spreads over several. A large b goes to OpenBLAS's threads, which
+/// split it rather than pack it whole on each (the MLP's 128x784x512 stepped 10% slower split by rows).
+constexpr std::size_t row_split_below = std::size_t{1} << 21, small_b = std::size_t{1} << 15;
 
 /// The product of a and b as matmul makes it on the sgemm route (OpenBLAS's, or oneDNN's with `onednn`):
 /// widened operands, float32 sums, then alpha, the bias and one rounding into a new `shape`, `dtype` tensor.
@@ -146,7 +146,7 @@ Tensor sgemm_route(const detail::gemm_shape& s, const Tensor& a, const Tensor& b
     thread_local std::vector<float> wa, wb, wc;
     const std::size_t rows = s.batch * s.m;
     RoundingBatch rounding(out);
-    if (!s.transpose_a && !s.batched_b && s.k != 0 && rows * s.n * s.k < row_split_below) {
+    if (!s.transpose_a && !s.batched_b && s.k != 0 && (rows * s.n * s.k < row_split_below || s.k * s.n <= small_b)) {
         const float* pb = as_float32(b, wb);
         detail::split(rows, 16, [&](std::size_t r0, std::size_t r1) {
             product_rows(s, a, pb, alpha, add, out, r0, r1, rounding, onednn);
