@@ -5,10 +5,14 @@
 // products oneDNN rounds, and float32 for conv2d, whose convolutions write float32). The floor: a layer takes at most 1.25×
 // the time of its GEMMs (bench/report.py prints the ratios). Max-pooling, which has no arithmetic to speak
 // of, is held against a copy of its input: forward and backward read the input once and write its gradient.
+// The ViT's attention core (autodiff::self_attention) and layer norm at batch 128 are timed too (no floor;
+// bench/report.py leaves them out), the attention next to the same attention composed from the ops
+// (reshape, transpose, slice, scale, batched matmul, softmax), which is what it replaces where it fuses.
 //
 // Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first>/<dtype>/<im2col|im2col_onednn|onednn> (each
 // convolution route; conv2d_first is a one-channel first layer), layer/max_pool2d/<dtype>,
-// peer/<dense|conv2d>/<sgemm|onednn>, peer/max_pool2d/copy.
+// peer/<dense|conv2d>/<sgemm|onednn>, peer/max_pool2d/copy; vit/self_attention/<dtype>,
+// vit/self_attention_ops/float32, vit/layer_norm/<dtype>.
 
 #include <mixprec/mixprec.hpp>
 
@@ -148,6 +152,50 @@ void bm_peer_copy(benchmark::State& state) {
     }
 }
 
+/// The vit model's attention core at batch 128: qkv (128, 16, 3·64) of 4 heads of 16, and its layer norm's
+/// input (128, 16, 64).
+const Shape qkv_shape{128, 16, 192}, tokens_shape{128, 16, 64};
+constexpr std::size_t vit_heads = 4, vit_key_dim = 16;
+
+/// self_attention's attention written with the ops it fuses.
+Tensor attention_from_ops(const Tensor& qkv) {
+    const std::size_t b = qkv.shape()[0], t = qkv.shape()[1], h = vit_heads, k = vit_key_dim;
+    const Tensor split = transpose(reshape(qkv, Shape{b, t, 3, h, k}), {2, 0, 3, 1, 4});
+    const Shape per_head{b * h, t, k};
+    const Tensor q = scale(reshape(slice(split, 0, 0, 1), per_head), 0.25f); // 1/√16
+    const Tensor keys = reshape(slice(split, 0, 1, 2), per_head), v = reshape(slice(split, 0, 2, 3), per_head);
+    const Tensor context = matmul(softmax(matmul(q, keys, {.transpose_b = true}), -1), v);
+    return reshape(transpose(reshape(context, Shape{b, h, t, k}), {0, 2, 1, 3}), Shape{b, t, h * k});
+}
+
+/// f(x) forward and backward through the tape (dy = ones), x watched.
+template <class F>
+void bm_forward_backward(benchmark::State& state, const Tensor& x, F f) {
+    for (auto _ : state) {
+        GradientTape tape;
+        tape.watch(x);
+        const Tensor y = f(x);
+        auto grads = tape.gradient(y, {x});
+        benchmark::DoNotOptimize(grads[0].raw());
+    }
+}
+
+void bm_self_attention(benchmark::State& state, Dtype dtype) {
+    const Tensor qkv = Tensor::from_floats(qkv_shape, random_floats(qkv_shape.elements(), 11), dtype);
+    bm_forward_backward(state, qkv, [](const Tensor& x) { return self_attention(x, vit_heads, vit_key_dim); });
+}
+
+void bm_peer_attention_from_ops(benchmark::State& state) {
+    const Tensor qkv = Tensor::from_floats(qkv_shape, random_floats(qkv_shape.elements(), 11));
+    bm_forward_backward(state, qkv, attention_from_ops);
+}
+
+void bm_layer_norm(benchmark::State& state, Dtype dtype) {
+    const Tensor x = Tensor::from_floats(tokens_shape, random_floats(tokens_shape.elements(), 12), dtype);
+    const Tensor gamma = Tensor::full(Shape{64}, 1.0f).to(dtype), beta = Tensor(Shape{64}, dtype);
+    bm_forward_backward(state, x, [&](const Tensor& in) { return layer_norm(in, gamma, beta); });
+}
+
 void configure(benchmark::internal::Benchmark* b) {
     b->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2)->Repetitions(7)->DisplayAggregatesOnly(true);
 }
@@ -170,10 +218,13 @@ int main(int argc, char** argv) {
                 benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
     }
     configure(benchmark::RegisterBenchmark("peer/max_pool2d/copy", bm_peer_copy));
+    configure(benchmark::RegisterBenchmark("vit/self_attention_ops/float32", bm_peer_attention_from_ops));
     for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
         const std::string dtype(name_of(d));
         configure(benchmark::RegisterBenchmark(("layer/max_pool2d/" + dtype).c_str(), bm_max_pool, d));
         configure(benchmark::RegisterBenchmark(("layer/dense/" + dtype).c_str(), bm_dense, d));
+        configure(benchmark::RegisterBenchmark(("vit/self_attention/" + dtype).c_str(), bm_self_attention, d));
+        configure(benchmark::RegisterBenchmark(("vit/layer_norm/" + dtype).c_str(), bm_layer_norm, d));
         for (const ConvCase& shape : conv_cases)
             for (ConvBackend backend : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn})
                 configure(benchmark::RegisterBenchmark(

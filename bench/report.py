@@ -204,6 +204,9 @@ def layers_table(samples):
             continue
         layer, dtype = key[1], key[2]
         peer = "onednn" if dtype == "bfloat16" and (layer, "onednn") in peers else "sgemm"
+        own = [name for (of, name) in peers if of == layer]
+        if (layer, peer) not in peers and len(own) == 1:  # a layer with a peer of its own (a copy, the ops)
+            peer = own[0]
         t = statistics.median(r["real_time"] for r in runs)
         p = peers.get((layer, peer), float("nan"))
         ratio = t / p
