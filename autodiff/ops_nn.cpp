@@ -68,8 +68,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     const std::vector<float> g = gamma.to_floats(), b = beta.to_floats();
     // rows [r0, r1): xr holds them widened and becomes their xhat; o gets their result in float32
     const auto normalize = [&](float* xr, float* o, std::size_t r0, std::size_t r1) {
-        for (std::size_t t = r0; t < r1; t += rows_at_once) {
-            const std::size_t n = std::min(rows_at_once, r1 - t), at = (t - r0) * d;
+        for (std::size_t r = r0; r < r1; r += rows_at_once) {
+            const std::size_t n = std::min(rows_at_once, r1 - r), at = (r - r0) * d;
             std::array<float, rows_at_once> mean, var;
             row_sums(n, d, mean.data(), [&](std::size_t i, std::size_t j) { return xr[at + i * d + j]; });
             for (std::size_t i = 0; i < n; ++i) mean[i] /= static_cast<float>(d);
@@ -78,7 +78,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
                 return c * c;
             });
             for (std::size_t i = 0; i < n; ++i) {
-                const float rs = (*rstd)[t + i] = 1.0f / std::sqrt(var[i] / static_cast<float>(d) + epsilon);
+                const float rs = (*rstd)[r + i] = 1.0f / std::sqrt(var[i] / static_cast<float>(d) + epsilon);
                 float* xi = xr + at + i * d;
                 float* oi = o + at + i * d;
                 for (std::size_t j = 0; j < d; ++j) {
@@ -107,8 +107,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
             const auto dys = std::make_unique_for_overwrite<float[]>(dy.size()); // every block writes its rows
             // rows [r0, r1) of dx in float32 into o, from their dy (dyr) and xhat (xr)
             const auto rows_of_dx = [&](const float* dyr, const float* xr, float* o, std::size_t r0, std::size_t r1) {
-                for (std::size_t t = r0; t < r1; t += rows_at_once) {
-                    const std::size_t n = std::min(rows_at_once, r1 - t), at = (t - r0) * d;
+                for (std::size_t r = r0; r < r1; r += rows_at_once) {
+                    const std::size_t n = std::min(rows_at_once, r1 - r), at = (r - r0) * d;
                     std::array<float, rows_at_once> mean_g, mean_gx;
                     row_sums(n, d, mean_g.data(),
                              [&](std::size_t i, std::size_t j) { return gs[j] * dyr[at + i * d + j]; });
@@ -117,7 +117,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
                     });
                     for (std::size_t i = 0; i < n; ++i) {
                         const float mg = mean_g[i] / static_cast<float>(d), mgx = mean_gx[i] / static_cast<float>(d);
-                        const float rs = (*rstd)[t + i];
+                        const float rs = (*rstd)[r + i];
                         const float *dyi = dyr + at + i * d, *xi = xr + at + i * d;
                         float* oi = o + at + i * d;
                         for (std::size_t j = 0; j < d; ++j) oi[j] = rs * (gs[j] * dyi[j] - mg - xi[j] * mgx);
