@@ -11,7 +11,8 @@
 /// (kernels_attention.hpp): the same products and softmax, without copying the heads apart and together.
 /// Other dtypes, and the other GEMM libraries, compose it from the ops: the heads split with reshape,
 /// transpose and slice, q scaled by 1/√K and rounded to the dtype, batched matmul, softmax, matmul, each
-/// rounding once to the dtype. Where 1/√K is a power of 2, the two ways give the same float32 bits.
+/// rounding once to the dtype. Where 1/√K is a power of 2, the fused route gives the bits of that
+/// composition in float32 on OpenBLAS (tests/test_ops_attention.cpp holds it).
 
 #include <mixprec/autodiff/tensor/tensor.hpp>
 

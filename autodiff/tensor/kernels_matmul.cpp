@@ -135,7 +135,8 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
 /// worth: at 128x512x10 splitting by rows takes about half the time, and at the ViT's 2048x64x192,
 /// 2048x64x64 and 2048x128x64 0.6 to 0.8 of it (two threads, AMD EPYC Zen 4), as one pass per thread
 /// zeroes, packs and sums what OpenBLAS spreads over several. A large b goes to OpenBLAS's threads, which
-/// split it rather than pack it whole on each (the MLP's 128x784x512 stepped 10% slower split by rows).
+/// split it rather than pack it whole on each (the MLP's step, with its 128x784x512 split by rows, ran 5-10%
+/// slower).
 constexpr std::size_t row_split_below = std::size_t{1} << 21, small_b = std::size_t{1} << 15;
 
 /// The product of a and b as matmul makes it on the sgemm route (OpenBLAS's, or oneDNN's with `onednn`):
