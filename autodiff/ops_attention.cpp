@@ -51,20 +51,29 @@ Tensor fused(const Tensor& qkv, const kernels::AttentionShape& s) {
     return context;
 }
 
+/// The attention's shape, after checking qkv against heads and key_dim (`op` names the caller).
+kernels::AttentionShape attention_shape(const Tensor& qkv, std::size_t heads, std::size_t key_dim, const char* op) {
+    if (heads == 0 || key_dim == 0)
+        throw std::invalid_argument(std::string(op) + ": heads and key_dim must be at least 1, got " +
+                                    std::to_string(heads) + " and " + std::to_string(key_dim));
+    if (qkv.rank() != 3 || qkv.shape()[2] != 3 * heads * key_dim)
+        throw shape_error(std::string(op) + ": qkv " + qkv.shape().to_string() + " must have shape (batch, tokens, " +
+                          std::to_string(3 * heads * key_dim) + ") for " + std::to_string(heads) +
+                          " heads of key_dim " + std::to_string(key_dim));
+    return {qkv.shape()[0], qkv.shape()[1], heads, key_dim,
+            static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim)))};
+}
+
 } // namespace
 
 Tensor self_attention(const Tensor& qkv, std::size_t heads, std::size_t key_dim) {
-    if (heads == 0 || key_dim == 0)
-        throw std::invalid_argument("self_attention: heads and key_dim must be at least 1, got " +
-                                    std::to_string(heads) + " and " + std::to_string(key_dim));
-    if (qkv.rank() != 3 || qkv.shape()[2] != 3 * heads * key_dim)
-        throw shape_error("self_attention: qkv " + qkv.shape().to_string() + " must have shape (batch, tokens, " +
-                          std::to_string(3 * heads * key_dim) + ") for " + std::to_string(heads) +
-                          " heads of key_dim " + std::to_string(key_dim));
-    const kernels::AttentionShape s{qkv.shape()[0], qkv.shape()[1], heads, key_dim,
-                                    static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim)))};
+    const kernels::AttentionShape s = attention_shape(qkv, heads, key_dim, "self_attention");
     const bool fuse = qkv.dtype() == Dtype::float32 && float32_gemm() == Float32Gemm::openblas && qkv.size() != 0;
     return fuse ? fused(qkv, s) : composed(qkv, s);
+}
+
+Tensor self_attention_from_ops(const Tensor& qkv, std::size_t heads, std::size_t key_dim) {
+    return composed(qkv, attention_shape(qkv, heads, key_dim, "self_attention_from_ops"));
 }
 
 } // namespace mixprec::autodiff

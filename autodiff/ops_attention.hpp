@@ -24,4 +24,8 @@ namespace mixprec::autodiff {
 /// or a key_dim of 0.
 Tensor self_attention(const Tensor& qkv, std::size_t heads, std::size_t key_dim);
 
+/// The same attention composed from the ops in qkv's dtype, as self_attention runs it where it does not
+/// fuse (for tests and benchmarks to hold the fused route against); the same errors.
+Tensor self_attention_from_ops(const Tensor& qkv, std::size_t heads, std::size_t key_dim);
+
 } // namespace mixprec::autodiff

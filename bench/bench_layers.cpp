@@ -157,17 +157,6 @@ void bm_peer_copy(benchmark::State& state) {
 const Shape qkv_shape{128, 16, 192}, tokens_shape{128, 16, 64};
 constexpr std::size_t vit_heads = 4, vit_key_dim = 16;
 
-/// self_attention's attention written with the ops it fuses.
-Tensor attention_from_ops(const Tensor& qkv) {
-    const std::size_t b = qkv.shape()[0], t = qkv.shape()[1], h = vit_heads, k = vit_key_dim;
-    const Tensor split = transpose(reshape(qkv, Shape{b, t, 3, h, k}), {2, 0, 3, 1, 4});
-    const Shape per_head{b * h, t, k};
-    const Tensor q = scale(reshape(slice(split, 0, 0, 1), per_head), 0.25f); // 1/√16
-    const Tensor keys = reshape(slice(split, 0, 1, 2), per_head), v = reshape(slice(split, 0, 2, 3), per_head);
-    const Tensor context = matmul(softmax(matmul(q, keys, {.transpose_b = true}), -1), v);
-    return reshape(transpose(reshape(context, Shape{b, h, t, k}), {0, 2, 1, 3}), Shape{b, t, h * k});
-}
-
 /// f(x) forward and backward through the tape (dy = ones), x watched.
 template <class F>
 void bm_forward_backward(benchmark::State& state, const Tensor& x, F f) {
@@ -187,7 +176,7 @@ void bm_self_attention(benchmark::State& state, Dtype dtype) {
 
 void bm_peer_attention_from_ops(benchmark::State& state) {
     const Tensor qkv = Tensor::from_floats(qkv_shape, random_floats(qkv_shape.elements(), 11));
-    bm_forward_backward(state, qkv, attention_from_ops);
+    bm_forward_backward(state, qkv, [](const Tensor& x) { return self_attention_from_ops(x, vit_heads, vit_key_dim); });
 }
 
 void bm_layer_norm(benchmark::State& state, Dtype dtype) {

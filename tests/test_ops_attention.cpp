@@ -5,7 +5,6 @@
 
 #include "op_checks.hpp"
 
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,19 +24,6 @@ Tensor qkv_for(const Case& c, unsigned seed) {
 std::string name_of(const Case& c) {
     return "B=" + std::to_string(c.batch) + " T=" + std::to_string(c.tokens) + " H=" + std::to_string(c.heads) +
            " K=" + std::to_string(c.key_dim);
-}
-
-/// The attention written with the ops, as self_attention composes it for the dtypes it does not fuse.
-Tensor from_the_ops(const Tensor& qkv, std::size_t heads, std::size_t key_dim) {
-    const std::size_t batch = qkv.shape()[0], tokens = qkv.shape()[1];
-    const Tensor split = transpose(reshape(qkv, Shape{batch, tokens, 3, heads, key_dim}), {2, 0, 3, 1, 4});
-    const Shape per_head{batch * heads, tokens, key_dim};
-    const Tensor q = scale(reshape(slice(split, 0, 0, 1), per_head),
-                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim))));
-    const Tensor k = reshape(slice(split, 0, 1, 2), per_head), v = reshape(slice(split, 0, 2, 3), per_head);
-    const Tensor context = matmul(softmax(matmul(q, k, {.transpose_b = true}), -1), v);
-    return reshape(transpose(reshape(context, Shape{batch, heads, tokens, key_dim}), {0, 2, 1, 3}),
-                   Shape{batch, tokens, heads * key_dim});
 }
 
 /// f(qkv) and the gradient of Σ f(qkv) ⊙ dy with respect to qkv.
@@ -77,8 +63,8 @@ BOOST_AUTO_TEST_CASE(self_attention_fused_gives_the_bits_of_the_ops) {
         const Tensor dy = op_checks::uniform(Shape{c.batch, c.tokens, c.heads * c.key_dim}, 0.1f, 1.0f, ++seed);
         const auto [y, dqkv] =
             forward_and_gradient([c](const Tensor& x) { return self_attention(x, c.heads, c.key_dim); }, qkv, dy);
-        const auto [want_y, want_dqkv] =
-            forward_and_gradient([c](const Tensor& x) { return from_the_ops(x, c.heads, c.key_dim); }, qkv, dy);
+        const auto [want_y, want_dqkv] = forward_and_gradient(
+            [c](const Tensor& x) { return self_attention_from_ops(x, c.heads, c.key_dim); }, qkv, dy);
         BOOST_TEST_CONTEXT(name_of(c)) {
             BOOST_TEST(same_bits(y, want_y));
             BOOST_TEST(same_bits(dqkv, want_dqkv));
