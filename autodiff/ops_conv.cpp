@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -223,6 +224,11 @@ T* scratch(std::size_t slot, std::size_t n) {
 
 /// ReLU as relu() computes it (NaN kept, -0 to +0).
 inline float relu_of(float v) { return v > 0.0f || v != v ? v : 0.0f; }
+/// relu_of's bits by a mask instead of a branch, for loops that GCC vectorizes only without one.
+inline float relu_by_mask(float v) {
+    const std::uint32_t keep = 0u - static_cast<std::uint32_t>((v > 0.0f) | (v != v));
+    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & keep);
+}
 
 /// The backward pass of a fused ReLU keeps its derivative at the forward's outputs y, as rounded: 1 where
 /// y > 0, else 0 (NaN included), in float8_e4m3, one byte an element and exact, instead of y itself (a
@@ -554,15 +560,16 @@ const void* onednn_operand(const Tensor& t, route r, std::size_t slot) {
 
 /// The forward pass on route r: y = alpha · (w ⊛ x) + bias in `out`, every sum in float32 and each
 /// result rounded once; with g.opt.relu, the ReLU's derivative at y in relu_d's bytes (null: not wanted).
+/// On a oneDNN route, the run's number goes to `run` (detail::onednn_conv_forward).
 Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w, const float* b, float alpha, Dtype out,
-                   std::uint8_t* relu_d) {
+                   std::uint8_t* relu_d, std::uint64_t& run) {
     Tensor y = Tensor::uninitialized(Shape{g.n, g.o, g.ho, g.wo}, out);
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32: {
         float* wide = workspace(y, 0, y.size(), false);
-        detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                    onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
+        run = detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                          onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
         if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // oneDNN wrote y
         finish_images(y, wide, g.n, relu_d, [&](float* v) {
             if (alpha != 1.0f) // the bias after the scale, as on the im2col route
@@ -612,10 +619,10 @@ void onednn_backward(const geometry& g, conv_grads d, Run run) {
 /// The backward pass on route r for the output gradient dy: {dx (when the tape wants it) in dx_dtype, dw
 /// in dw_dtype, and dbias from dy when `bias`}, the sums of dx and dw multiplied by dx_alpha and dw_alpha
 /// before their one rounding. With `relu_d` (the ReLU's derivative, when the forward applied one), dy is
-/// first multiplied by it.
+/// first multiplied by it. forward_run: the forward's run on a oneDNN route (run_forward), or 0.
 Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, const Tensor& dy, bool bias,
-                       Dtype dx_dtype, Dtype dw_dtype, const Tensor* relu_d, float dx_alpha = 1.0f,
-                       float dw_alpha = 1.0f) {
+                       Dtype dx_dtype, Dtype dw_dtype, const Tensor* relu_d, std::uint64_t forward_run,
+                       float dx_alpha = 1.0f, float dw_alpha = 1.0f) {
     gradient_sums sums(g, x, w, bias, dx_dtype, dw_dtype);
     const conv_grads d = sums.grads(dx_alpha);
     switch (r) {
@@ -623,7 +630,7 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     case route::onednn_f32:
         onednn_backward(g, d, [&](float* dx) {
             const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
-            detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+            detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_run,
                                          onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), dx,
                                          d.dw, d.db);
         });
@@ -715,18 +722,17 @@ void round_in_place(float* v, std::size_t n, Dtype dtype) {
 /// The images of conv2d_max_pool's forward pass: each image's float32 results (this thread's scratch, never
 /// written whole) rounded to y's dtype as the convolution's output would hold them, then pooled in 2×2
 /// windows into y, each window's argmax into idx (an index into the convolution's output, as max_pool2d
-/// keeps it). The pooled values are y's own, stored exactly.
+/// keeps it). The pooled values are y's own, stored exactly. onednn() takes oneDNN's results instead,
+/// before the ReLU.
 struct pooled_2x2 {
     const geometry& g;
     Tensor& y;
     std::uint32_t* idx;
     float* values(std::size_t) { return scratch<float>(image_result, g.o * g.l()); }
     void done(std::size_t n, float* v) {
-        const std::size_t l = g.l(), ho = g.ho / 2, wo = g.wo / 2, out = ho * wo;
-        round_in_place(v, g.o * l, y.dtype());
-        float* pooled_values = y.dtype() == Dtype::float32 ? static_cast<float*>(y.raw()) + n * g.o * out
-                                                           : scratch<float>(pooled, g.o * out);
-        detail::vectorized([&] {
+        round_in_place(v, g.o * g.l(), y.dtype());
+        pool(n, [&](float* pooled_values) {
+            const std::size_t l = g.l(), ho = g.ho / 2, wo = g.wo / 2, out = ho * wo;
             for (std::size_t o = 0; o < g.o; ++o) {
                 const std::size_t plane = n * g.o + o;
                 for (std::size_t i = 0; i < ho; ++i)
@@ -736,6 +742,65 @@ struct pooled_2x2 {
                                            pooled_values + o * out + i * wo);
             }
         });
+    }
+    /// Image n's results from oneDNN, laid out by `block` (conv_kernels.hpp), before the ReLU (when fused).
+    /// A channel-blocked image is pooled where oneDNN wrote it, each value through the ReLU and rounded as
+    /// it is read (float32, float16 and bfloat16; other dtypes rounded in a pass before).
+    void onednn(std::size_t n, float* v, std::size_t block) {
+        const Dtype dtype = y.dtype();
+        if (block && (dtype == Dtype::float32 || dtype == Dtype::bfloat16 || dtype == Dtype::float16)) {
+            const auto with = [&]<class S>(S) {
+                if (g.opt.relu) return pool_blocked(n, v, block, [](float x) { return as_stored<S, true>(x); });
+                pool_blocked(n, v, block, [](float x) { return as_stored<S, false>(x); });
+            };
+            if (dtype == Dtype::float32) return with(0.0f);
+            if (dtype == Dtype::bfloat16) return with(bfloat16::spec{});
+            return with(float16::spec{});
+        }
+        const std::size_t size = (block ? (g.o + block - 1) / block * block : g.o) * g.l();
+        if (g.opt.relu)
+            detail::vectorized([&] {
+                for (std::size_t i = 0; i < size; ++i) v[i] = relu_of(v[i]);
+            });
+        if (!block) return done(n, v);
+        round_in_place(v, size, dtype);
+        pool_blocked(n, v, block, [](float x) { return x; });
+    }
+    /// x through the fused ReLU when `relu`, then as format S holds it (float: as it is). No branches, so
+    /// the loops that call it vectorize.
+    template <class S, bool relu>
+    static float as_stored(float x) {
+        if constexpr (relu) x = relu_by_mask(x);
+        if constexpr (std::is_same_v<S, float>) {
+            return x;
+        } else {
+            return round_trip<S>(x);
+        }
+    }
+    /// Image n's windows from v, laid out in blocks of `block` channels (8 or 16), each value taken as
+    /// value(v[…]).
+    template <class Value>
+    void pool_blocked(std::size_t n, const float* v, std::size_t block, Value value) {
+        pool(n, [&](float* pooled_values) {
+            const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2);
+            const auto first = static_cast<std::uint32_t>(n * g.o * l);
+            const auto blocks = [&]<std::size_t B>(std::integral_constant<std::size_t, B>) {
+                for (std::size_t o = 0; o < g.o; o += B)
+                    detail::argmax_2x2_blocked<B>(
+                        v + o * l, g.ho, g.wo, std::min(B, g.o - o), first + static_cast<std::uint32_t>(o * l),
+                        static_cast<std::uint32_t>(l), idx + (n * g.o + o) * out, pooled_values + o * out, value);
+            };
+            if (block == 16) return blocks(std::integral_constant<std::size_t, 16>{});
+            blocks(std::integral_constant<std::size_t, 8>{});
+        });
+    }
+    /// pool_into(values) writes image n's pooled values, plane by plane, at `values`; stored into y.
+    template <class Pool>
+    void pool(std::size_t n, Pool pool_into) {
+        const std::size_t out = (g.ho / 2) * (g.wo / 2);
+        float* pooled_values = y.dtype() == Dtype::float32 ? static_cast<float*>(y.raw()) + n * g.o * out
+                                                           : scratch<float>(pooled, g.o * out);
+        detail::vectorized([&] { pool_into(pooled_values); });
         if (y.dtype() != Dtype::float32)
             narrow(pooled_values, static_cast<std::byte*>(y.raw()) + n * g.o * out * size_of(y.dtype()), g.o * out,
                    y.dtype());
@@ -750,33 +815,67 @@ struct pooled_2x2 {
 template <class T>
 struct from_pooled {
     const geometry& g;
-    const float* dy;          // (N, O, Ho/2, Wo/2)
-    const float* y;           // the forward's pooled results
+    const Tensor& dy;         // (N, O, Ho/2, Wo/2)
+    const Tensor& y;          // the forward's pooled results
     const std::uint32_t* idx; // their argmax
     /// Image n's planes at dst + o·row, each plane's sum added to db[o] (null: not wanted).
     void put(std::size_t n, T* dst, std::size_t row, float* db) const {
         const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2);
-        float* masked = g.opt.relu ? scratch<float>(pooled, out) : nullptr;
+        const float* d = window_gradients(n);
         detail::vectorized([&] {
             for (std::size_t o = 0; o < g.o; ++o) {
-                const std::size_t plane = n * g.o + o;
-                const float* d = dy + plane * out;
-                if (g.opt.relu) {
-                    const float* yp = y + plane * out;
-                    for (std::size_t j = 0; j < out; ++j) masked[j] = relu_gradient(0.0f + d[j], yp[j] > 0.0f);
-                    d = masked;
-                }
                 float* p;
                 if constexpr (std::is_same_v<T, float>) {
                     p = dst + o * row;
                 } else {
                     p = scratch<float>(gradient_plane, l);
                 }
-                detail::gradient_2x2_plane(idx + plane * out, d, static_cast<std::uint32_t>(plane * l), g.ho, g.wo, p);
+                const std::size_t plane = n * g.o + o;
+                detail::gradient_2x2_plane(idx + plane * out, d + o * out, static_cast<std::uint32_t>(plane * l), g.ho,
+                                           g.wo, p);
                 if (db) db[o] += sum_in_lanes(l, [&](std::size_t i) { return p[i]; });
                 if constexpr (!std::is_same_v<T, float>) narrow(p, dst + o * row, l, dtype_of<T>);
             }
         });
+    }
+    /// Image n laid out by `block` (8 or 16, conv_kernels.hpp) at dst: zeros, each window's argmax then
+    /// given its value as put() gives it (the same bits).
+    void put_blocked(std::size_t n, T* dst, std::size_t block) const {
+        const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2), size = g.o * out,
+                          padded = (g.o + block - 1) / block * block;
+        std::memset(static_cast<void*>(dst), 0, padded * l * sizeof(T));
+        const float* d = window_gradients(n);
+        float* sums = scratch<float>(rounded_values, size);
+        detail::vectorized([&] {
+            for (std::size_t j = 0; j < size; ++j) sums[j] = 0.0f + d[j]; // as gradient_2x2_run
+        });
+        const T* values;
+        if constexpr (std::is_same_v<T, float>) {
+            values = sums;
+        } else {
+            T* rounded = scratch<T>(gradient_plane, size);
+            narrow(sums, rounded, size, dtype_of<T>);
+            values = rounded;
+        }
+        const std::uint32_t* at = idx + n * size;
+        for (std::size_t o = 0; o < g.o; ++o) {
+            T* blocked = dst + (o / block) * l * block + o % block;
+            const auto base = static_cast<std::uint32_t>((n * g.o + o) * l);
+            for (std::size_t j = o * out; j < (o + 1) * out; ++j) blocked[(at[j] - base) * block] = values[j];
+        }
+    }
+    /// Image n's pooled gradients (O, Ho/2, Wo/2) in float32, times the ReLU's derivative when fused: dy's
+    /// own or this thread's scratch, widened by the thread that takes the image.
+    const float* window_gradients(std::size_t n) const {
+        const std::size_t size = g.o * (g.ho / 2) * (g.wo / 2);
+        const float* d = elements_as<float>(dy, n * size, size, widened_other);
+        if (!g.opt.relu) return d;
+        const float* yp = elements_as<float>(y, n * size, size, widened_y);
+        float* masked = scratch<float>(pooled, size);
+        detail::vectorized([&] {
+            for (std::size_t j = 0; j < size; ++j) masked[j] = relu_gradient(0.0f + d[j], yp[j] > 0.0f);
+        });
+        return masked;
     }
 };
 
@@ -794,6 +893,7 @@ bool pools_in_pass(const geometry& g, Dtype dtype) {
 struct pooled_result {
     Tensor y;
     std::shared_ptr<std::uint32_t[]> idx;
+    std::uint64_t onednn_run = 0; // run_forward's
 };
 
 pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const Tensor& w, const float* b) {
@@ -803,15 +903,9 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
-        detail::onednn_conv_forward_images(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                           onednn_operand(w, r, widened_w), b, [&](std::size_t n, float* v) {
-                                               if (g.opt.relu)
-                                                   detail::vectorized([&] {
-                                                       for (std::size_t i = 0; i < g.o * g.l(); ++i)
-                                                           v[i] = relu_of(v[i]);
-                                                   });
-                                               images.done(n, v);
-                                           });
+        out.onednn_run = detail::onednn_conv_forward_images(
+            onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w), b,
+            [&](std::size_t n, float* v, std::size_t block) { images.onednn(n, v, block); });
         break;
     case route::im2col_bf16:
         forward(g, x, w.data<bfloat16>().data(), b, 1.0f, false, images);
@@ -830,20 +924,21 @@ Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Ten
                           const pooled_result& forward_result) {
     gradient_sums sums(g, x, w, bias, x.dtype(), w.dtype());
     const conv_grads d = sums.grads(1.0f);
-    const float *pooled_dy = floats_of(dy, widened_other), *pooled_y = floats_of(forward_result.y, widened_y);
-    const auto source = [&]<class T>(T) { return from_pooled<T>{g, pooled_dy, pooled_y, forward_result.idx.get()}; };
+    const auto source = [&]<class T>(T) { return from_pooled<T>{g, dy, forward_result.y, forward_result.idx.get()}; };
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
         onednn_backward(g, d, [&](float* dx) {
             detail::onednn_conv_backward_images(
-                onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w),
-                [&](std::size_t n, void* dst) {
-                    if (r == route::onednn_bf16) {
-                        source(bfloat16{}).put(n, static_cast<bfloat16*>(dst), g.l(), nullptr);
-                    } else {
-                        source(0.0f).put(n, static_cast<float*>(dst), g.l(), nullptr);
-                    }
+                onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_result.onednn_run,
+                onednn_operand(w, r, widened_w),
+                [&](std::size_t n, void* dst, std::size_t block) {
+                    const auto put = [&]<class T>(T) {
+                        if (block) return source(T{}).put_blocked(n, static_cast<T*>(dst), block);
+                        source(T{}).put(n, static_cast<T*>(dst), g.l(), nullptr);
+                    };
+                    if (r == route::onednn_bf16) return put(bfloat16{});
+                    put(0.0f);
                 },
                 dx, d.dw, d.db);
         });
@@ -867,12 +962,15 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
     const bool recorded = conv_recorded(x, w, bias);
     std::optional<Tensor> relu_d = relu_derivative_for(g, recorded);
-    const auto forward_on = [&](route on) { return run_forward(g, on, x, w, b, 1.0f, x.dtype(), bytes_of(relu_d)); };
+    std::uint64_t run = 0;
+    const auto forward_on = [&](route on) {
+        return run_forward(g, on, x, w, b, 1.0f, x.dtype(), bytes_of(relu_d), run);
+    };
     const Tensor y = run_on(pinned, "forward", g, x.dtype(), forward_on);
     if (!recorded) return y;
-    const auto grads = [x, w, has_bias = bias.has_value(), g, pinned, relu_d](const Tensor& dy) {
+    const auto grads = [x, w, has_bias = bias.has_value(), g, pinned, relu_d, run](const Tensor& dy) {
         const auto backward_on = [&](route on) {
-            return run_backward(g, on, x, w, dy, has_bias, x.dtype(), w.dtype(), relu_d ? &*relu_d : nullptr);
+            return run_backward(g, on, x, w, dy, has_bias, x.dtype(), w.dtype(), relu_d ? &*relu_d : nullptr, run);
         };
         return run_on(pinned, "backward", g, x.dtype(), backward_on);
     };
@@ -889,20 +987,21 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
     const float* b = bias ? floats_of(*bias, widened_other) : nullptr;
     const bool recorded = conv_recorded(x, w, bias);
     std::optional<Tensor> relu_d = relu_derivative_for(g, recorded);
+    std::uint64_t run = 0;
     const auto forward_on = [&](route on) {
-        return run_forward(g, on, qx.q, qw.q, b, qx.inverse * qw.inverse, x.dtype(), bytes_of(relu_d));
+        return run_forward(g, on, qx.q, qw.q, b, qx.inverse * qw.inverse, x.dtype(), bytes_of(relu_d), run);
     };
     const Tensor y = run_on(pinned, "forward", g, qx.q.dtype(), forward_on);
     if (!recorded) return y;
     const auto grads = [qx, qw, grad = casts.output_grad, has_bias = bias.has_value(), g, pinned, x_dtype = x.dtype(),
-                        w_dtype = w.dtype(), relu_d](const Tensor& output_grad) {
+                        w_dtype = w.dtype(), relu_d, run](const Tensor& output_grad) {
         const Tensor dy = relu_d ? relu_masked(output_grad, *relu_d) : output_grad; // before the FP8 cast
         Gradients result(has_bias ? 3 : 2);
         if (has_bias && gradient_needed(2)) result[2] = bias_gradient(g, dy, w_dtype); // from dy, not its cast
         if (!gradient_needed(0) && !gradient_needed(1)) return result;
         const detail::Fp8Operand qg = detail::fp8_operand(dy, grad, "conv2d_fp8", "output gradient");
         const auto backward_on = [&](route on) {
-            return run_backward(g, on, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, nullptr, qg.inverse * qw.inverse,
+            return run_backward(g, on, qx.q, qw.q, qg.q, false, x_dtype, w_dtype, nullptr, run, qg.inverse * qw.inverse,
                                 qx.inverse * qg.inverse);
         };
         Gradients d = run_on(pinned, "backward", g, qx.q.dtype(), backward_on);

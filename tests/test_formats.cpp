@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 using namespace mixprec::autodiff;
 
@@ -213,6 +214,36 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(every_midpoint_rounds_to_even, F, all_formats) { c
 // Proves encode equals the independent reference on >= 10 million random floats per format.
 BOOST_AUTO_TEST_CASE_TEMPLATE(random_floats_match_reference, F, all_formats) {
     check_random<F>(20240611u + layout_of<F>().width() * 7 + layout_of<F>().m, random_per_kind);
+}
+
+// Proves round_trip == decode(encode): for bfloat16 (an integer shortcut) on every high half of a float32
+// with the low halves that decide its rounding (0, 1, just below, at and above the tie, all ones) and 16
+// random ones; for the other formats on random floats.
+BOOST_AUTO_TEST_CASE(round_trip_is_decode_of_encode) {
+    std::mt19937 gen(20261128u);
+    std::vector<std::uint32_t> lows{0x0000, 0x0001, 0x7ffe, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff};
+    for (int i = 0; i < 16; ++i) lows.push_back(gen() & 0xffffu);
+    std::uint64_t wrong = 0;
+    std::uint32_t first = 0;
+    for (std::uint32_t high = 0; high <= 0xffffu; ++high)
+        for (std::uint32_t low : lows) {
+            const float x = from_fbits(high << 16 | low);
+            const bool same =
+                fbits(round_trip<bfloat16::spec>(x)) == fbits(decode<bfloat16::spec>(encode<bfloat16::spec>(x)));
+            if (!same && wrong++ == 0) first = fbits(x);
+        }
+    BOOST_TEST(wrong == 0u, "bfloat16: " << wrong << " patterns differ, the first 0x" << std::hex << first);
+    const auto check = [&]<class F>(F) {
+        for (int i = 0; i < 1'000'000; ++i) {
+            const float x = from_fbits(gen());
+            const bool same = fbits(round_trip<typename F::spec>(x)) == fbits(float(F(x)));
+            if (!same) BOOST_FAIL(name_of(dtype_of<F>) << ": 0x" << std::hex << fbits(x));
+        }
+    };
+    check(float16{});
+    check(cbfloat16{});
+    check(float8_e4m3{});
+    check(float8_e5m2{});
 }
 
 // Key inputs with their bits written out by hand (checked against encode and the reference).

@@ -22,6 +22,23 @@ inline float pick(std::uint32_t mask, float a, float b) {
     return std::bit_cast<float>((mask & std::bit_cast<std::uint32_t>(a)) | (~mask & std::bit_cast<std::uint32_t>(b)));
 }
 
+/// One 2×2 window, its elements a, b (upper row) and c, d (lower row) scanned in that order: its maximum
+/// into `max`, and the argmax's offset from a in a plane w elements wide (0, 1, w or w + 1) returned.
+[[gnu::always_inline]] inline std::uint32_t window_argmax(float a, float b, float c, float d, std::uint32_t w,
+                                                          float& max) {
+    float best = a;
+    std::uint32_t offset = 0;
+    std::uint32_t m = replaces(b, best);
+    best = pick(m, b, best);
+    offset = (m & 1u) | (~m & offset);
+    m = replaces(c, best);
+    best = pick(m, c, best);
+    offset = (m & w) | (~m & offset);
+    m = replaces(d, best);
+    max = pick(m, d, best);
+    return (m & (w + 1)) | (~m & offset);
+}
+
 /// Outputs [0, n) of one output row of argmax for 2×2 windows with stride 2 and no padding (the common
 /// case): rows r0 and r1 of a plane in, window j's index in the plane (plus `base`) and its value out. The
 /// same scan order and NaN rule as max_pool2d's general loop, with fixed bounds and no branches: for a
@@ -30,21 +47,9 @@ template <std::size_t n>
 [[gnu::always_inline]] inline void argmax_2x2_run(const float* __restrict r0, const float* __restrict r1,
                                                   std::uint32_t base, std::uint32_t w, std::uint32_t* __restrict out,
                                                   float* __restrict max) {
-    for (std::size_t j = 0; j < n; ++j) {
-        const float b = r0[2 * j + 1], c = r1[2 * j], d = r1[2 * j + 1];
-        float best = r0[2 * j];
-        std::uint32_t offset = 0;
-        std::uint32_t m = replaces(b, best);
-        best = pick(m, b, best);
-        offset = (m & 1u) | (~m & offset);
-        m = replaces(c, best);
-        best = pick(m, c, best);
-        offset = (m & w) | (~m & offset);
-        m = replaces(d, best);
-        max[j] = pick(m, d, best);
-        offset = (m & (w + 1)) | (~m & offset);
-        out[j] = base + static_cast<std::uint32_t>(2 * j) + offset;
-    }
+    for (std::size_t j = 0; j < n; ++j)
+        out[j] = base + static_cast<std::uint32_t>(2 * j) +
+                 window_argmax(r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1], w, max[j]);
 }
 
 /// run(integral_constant<n>, j) over windows [0, wo) of an output row, in runs of n = 8 (or 4, or 1)
@@ -70,6 +75,36 @@ inline void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std
     in_runs(wo, [&]<std::size_t n>(std::integral_constant<std::size_t, n>, std::size_t j) {
         argmax_2x2_run<n>(r0 + 2 * j, r1 + 2 * j, base + static_cast<std::uint32_t>(2 * j), w, out + j, max + j);
     });
+}
+
+/// argmax_2x2_row's windows for every channel of a block of B, in a channel-blocked layout (oneDNN's
+/// aBcd8b and aBcd16b): element (c, i, j) of the block's h × w planes at v[(i·w + j)·B + c], taken as
+/// value(v[…]) (the pass's ReLU and rounding, applied on the way). Channel c's window (i, j) puts its value
+/// at max[c·out + i·(w/2) + j] and its index at idx[c·out + i·(w/2) + j]: base + c·plane (its plane's first
+/// index) + its index in the plane, out = (h/2)·(w/2). Channels [0, channels) are written (a last block
+/// may be part padding). Each lane runs argmax_2x2_run's scan and picks, so ties and NaNs go the same way.
+template <std::size_t B, class Value>
+[[gnu::always_inline]] inline void argmax_2x2_blocked(const float* v, std::size_t h, std::size_t w,
+                                                      std::size_t channels, std::uint32_t base, std::uint32_t plane,
+                                                      std::uint32_t* idx, float* max, Value value) {
+    const std::size_t ho = h / 2, wo = w / 2, out = ho * wo;
+    const auto w32 = static_cast<std::uint32_t>(w);
+    for (std::size_t i = 0; i < ho; ++i)
+        for (std::size_t j = 0; j < wo; ++j) {
+            const float* r0 = v + (2 * i * w + 2 * j) * B;
+            const float* r1 = r0 + w * B;
+            float best[B];
+            std::uint32_t offset[B];
+            for (std::size_t lane = 0; lane < B; ++lane)
+                offset[lane] = window_argmax(value(r0[lane]), value(r0[B + lane]), value(r1[lane]), value(r1[B + lane]),
+                                             w32, best[lane]);
+            const std::size_t k = i * wo + j;
+            const auto first = base + static_cast<std::uint32_t>(2 * i * w + 2 * j);
+            for (std::size_t lane = 0; lane < channels; ++lane) {
+                max[lane * out + k] = best[lane];
+                idx[lane * out + k] = first + static_cast<std::uint32_t>(lane) * plane + offset[lane];
+            }
+        }
 }
 
 /// The gradient of windows [0, n) of a 2×2 output row (stride 2, no padding) written into rows r0 and r1

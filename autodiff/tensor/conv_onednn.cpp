@@ -10,7 +10,9 @@
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -105,6 +107,15 @@ inline std::byte* image_at(void* data, std::size_t n, std::size_t step) {
     return static_cast<std::byte*>(data) + n * step;
 }
 
+/// The channels' block of a layout of a batch (conv_kernels.hpp): 16 or 8 for oneDNN's aBcd16b and
+/// aBcd8b, else 0.
+std::size_t channel_block(const dnnl::memory::desc& batch) {
+    if (batch.dims().size() != 4) return 0;
+    for (const auto& [block, layout] : {std::pair{16, tag::aBcd16b}, std::pair{8, tag::aBcd8b}})
+        if (batch == dnnl::memory::desc(batch.dims(), batch.data_type(), layout)) return block;
+    return 0;
+}
+
 /// Whether images can be reordered one by one between these layouts of a batch.
 bool by_image(const dnnl::memory::desc& a, const dnnl::memory::desc& b) {
     return image_bytes(a) != 0 && image_bytes(b) != 0;
@@ -149,7 +160,16 @@ struct conv_plan {
 
     // The per-image reorders of the forward's results and of a backward pass's dy, made on first use.
     std::optional<image_reorder> y_image, dy_image;
+
+    // The run whose x fx's buffer holds, reordered (0: none).
+    std::uint64_t x_run = 0;
 };
+
+/// A number for each forward run in the process, from 1.
+std::uint64_t next_run() {
+    static std::atomic<std::uint64_t> runs{0};
+    return ++runs;
+}
 
 struct conv_descs {
     dnnl::memory::desc x, w, b, y;                       // plain float32 user layouts
@@ -258,17 +278,27 @@ conv_plan& plan(const conv_shape& s, bool has_bias) {
 }
 
 /// Runs the forward primitive: its results go to y, or to the plan's buffer when the primitive wants
-/// another layout (p.fy->flush(y) then reorders them into y).
-void run_forward(conv_plan& p, const void* x, const void* w, const float* bias, float* y) {
+/// another layout (p.fy->flush(y) then reorders them into y). Returns the run's number when x was
+/// reordered into the plan's buffer, else 0.
+std::uint64_t run_forward(conv_plan& p, const void* x, const void* w, const float* bias, float* y) {
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, p.fx->in(x)}, {DNNL_ARG_WEIGHTS, p.fw->in(w)}, {DNNL_ARG_DST, p.fy->out(y)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, engine(), const_cast<float*>(bias)));
     p.fwd.execute(stream(), args);
+    p.x_run = p.fx->to_inner ? next_run() : 0;
+    return p.x_run;
+}
+
+/// x in the weights pass's layout: the forward's reordered x when that run (forward_run) reordered it
+/// into the same layout and no run has overwritten it since, else x reordered again.
+dnnl::memory weights_pass_x(conv_plan& p, const void* x, std::uint64_t forward_run) {
+    if (forward_run != 0 && forward_run == p.x_run && p.wx->inner == p.fx->inner) return p.fx->buffer;
+    return p.wx->in(x);
 }
 
 /// The backward passes from dy in the primitives' layouts: dy_data for the data pass (only when dx is
 /// wanted), dy_weights for the weights pass.
-void run_backward(conv_plan& p, const void* x, const void* w, const dnnl::memory& dy_data,
+void run_backward(conv_plan& p, const void* x, std::uint64_t forward_run, const void* w, const dnnl::memory& dy_data,
                   const dnnl::memory& dy_weights, float* dx, float* dw, float* db) {
     if (dx) {
         p.bwd_data.execute(
@@ -276,8 +306,9 @@ void run_backward(conv_plan& p, const void* x, const void* w, const dnnl::memory
             {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, p.dw_w->in(w)}, {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
         p.ddx->flush(dx);
     }
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, p.wx->in(x)}, {DNNL_ARG_DIFF_DST, dy_weights}, {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, weights_pass_x(p, x, forward_run)},
+                                               {DNNL_ARG_DIFF_DST, dy_weights},
+                                               {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
     if (db) args.emplace(DNNL_ARG_DIFF_BIAS, dnnl::memory(p.bias_md, engine(), db));
     p.bwd_weights.execute(stream(), args);
     p.wdw->flush(dw);
@@ -292,64 +323,77 @@ conv_plan& backward_plan(const conv_shape& s, bool has_bias) {
 
 } // namespace
 
-void onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y) {
+std::uint64_t onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y) {
     conv_plan& p = plan(s, bias != nullptr);
-    run_forward(p, x, w, bias, y);
+    const std::uint64_t run = run_forward(p, x, w, bias, y);
     p.fy->flush(y);
     stream().wait();
+    return run;
 }
 
-void onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
-                                const conv_image_sink& image) {
+std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
+                                         const conv_image_sink& image) {
     conv_plan& p = plan(s, bias != nullptr);
     const std::size_t per_image = s.o * s.ho * s.wo, bytes = per_image * sizeof(float);
-    if (p.fy->to_user && by_image(p.fy->inner, p.fy->user)) { // each image reordered by the thread that takes it
-        run_forward(p, x, w, bias, nullptr);
+    if (p.fy->to_user && by_image(p.fy->inner, p.fy->user)) {
+        const std::uint64_t run = run_forward(p, x, w, bias, nullptr);
         stream().wait();
-        const image_reorder& r = cached(p.y_image, p.fy->inner, p.fy->user);
         void* results = p.fy->buffer.get_data_handle();
+        if (const std::size_t block = channel_block(p.fy->inner)) { // handed over as written
+            const std::size_t step = image_bytes(p.fy->inner);
+            each_image(s.n, per_image,
+                       [&](std::size_t n) { image(n, reinterpret_cast<float*>(image_at(results, n, step)), block); });
+            return run;
+        }
+        const image_reorder& r = cached(p.y_image, p.fy->inner, p.fy->user); // by the thread that takes it
         each_image(s.n, per_image, [&](std::size_t n) {
             float* v = scratch(0, bytes);
             r(image_at(results, n, r.from_step), v);
-            image(n, v);
+            image(n, v, 0);
         });
-        return;
+        return run;
     }
     thread_local std::vector<float> whole; // the images as oneDNN wrote them, handed over in place
     whole.resize(s.n * per_image);
-    onednn_conv_forward(s, x, w, bias, whole.data());
-    each_image(s.n, per_image, [&](std::size_t n) { image(n, whole.data() + n * per_image); });
+    const std::uint64_t run = onednn_conv_forward(s, x, w, bias, whole.data());
+    each_image(s.n, per_image, [&](std::size_t n) { image(n, whole.data() + n * per_image, 0); });
+    return run;
 }
 
-void onednn_conv_backward(const conv_shape& s, const void* x, const void* w, const void* dy, float* dx, float* dw,
-                          float* db) {
+void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w, const void* dy,
+                          float* dx, float* dw, float* db) {
     conv_plan& p = backward_plan(s, db != nullptr);
     const dnnl::memory for_data = dx ? p.ddy->in(dy) : dnnl::memory();
-    run_backward(p, x, w, for_data, p.wdy->in(dy), dx, dw, db);
+    run_backward(p, x, forward_run, w, for_data, p.wdy->in(dy), dx, dw, db);
 }
 
-void onednn_conv_backward_images(const conv_shape& s, const void* x, const void* w, const conv_image_source& dy_image,
-                                 float* dx, float* dw, float* db) {
+void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
+                                 const conv_image_source& dy_image, float* dx, float* dw, float* db) {
     conv_plan& p = backward_plan(s, db != nullptr);
     const std::size_t per_image = s.o * s.ho * s.wo,
                       bytes = per_image * dnnl::memory::data_type_size(p.wdy->user.data_type());
     // dy made in the weights pass's layout, when the data pass wants the same one (or is not run)
     operand& target = *p.wdy;
     if (target.to_inner && (!dx || p.ddy->inner == target.inner) && by_image(target.user, target.inner)) {
-        const image_reorder& r = cached(p.dy_image, target.user, target.inner);
         void* to = target.buffer.get_data_handle();
-        each_image(s.n, per_image, [&](std::size_t n) {
-            float* v = scratch(1, bytes);
-            dy_image(n, v);
-            r(v, image_at(to, n, r.to_step));
-        });
-        run_backward(p, x, w, target.buffer, target.buffer, dx, dw, db);
+        if (const std::size_t block = channel_block(target.inner)) { // made in place
+            const std::size_t step = image_bytes(target.inner);
+            each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, image_at(to, n, step), block); });
+        } else {
+            const image_reorder& r = cached(p.dy_image, target.user, target.inner);
+            each_image(s.n, per_image, [&](std::size_t n) {
+                float* v = scratch(1, bytes);
+                dy_image(n, v, 0);
+                r(v, image_at(to, n, r.to_step));
+            });
+        }
+        run_backward(p, x, forward_run, w, target.buffer, target.buffer, dx, dw, db);
         return;
     }
     thread_local std::vector<std::byte> whole;
     whole.resize(s.n * bytes);
-    each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, whole.data() + n * bytes); });
-    onednn_conv_backward(s, x, w, whole.data(), dx, dw, db);
+    each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, whole.data() + n * bytes, 0); });
+    onednn_conv_backward(s, x, forward_run, w, whole.data(), dx, dw, db);
 }
 
 } // namespace mixprec::autodiff::detail

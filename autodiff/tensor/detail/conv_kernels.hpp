@@ -3,6 +3,7 @@
 // (ops_conv.cpp) for ConvBackend::onednn, and for bfloat16 at the avx512_bf16 level by default.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 namespace mixprec::autodiff::detail {
@@ -17,22 +18,31 @@ struct conv_shape {
 
 /// x, w, dy hold s.operands (NCHW / OIHW); bias (or null), y, dx (or null: not computed), dw, db (or
 /// null) float32, written whole. oneDNN never rounds here: the caller rounds each result once.
-void onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y);
-void onednn_conv_backward(const conv_shape& s, const void* x, const void* w, const void* dy, float* dx, float* dw,
-                          float* db);
+/// A forward pass returns a number for its run (0 when its primitive reads x as x lies): handed to the
+/// backward pass of the same x, on the same thread, it lets the weights pass read x as the forward
+/// reordered it, when no pass of that shape has run in between (else x is reordered again; 0: always).
+std::uint64_t onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y);
+void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w, const void* dy,
+                          float* dx, float* dw, float* db);
 
-/// onednn_conv_forward with y handed over image by image instead of written whole: image(n, v) gets image
-/// n's float32 results (O, Ho, Wo) in v, this thread's scratch, to use and overwrite. Called once for
-/// each image, on the threads of a team.
-using conv_image_sink = std::function<void(std::size_t n, float* v)>;
-void onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
-                                const conv_image_sink& image);
+/// How an image's values (O, Ho, Wo) lie in memory, by `block`: 0 for plain; else in blocks of that many
+/// channels (8 or 16: oneDNN's aBcd8b and aBcd16b), element (o, i, j) at ((o / block)·Ho·Wo + i·Wo + j)·block
+/// + o % block, the channels padded with zeros to a multiple of block.
 
-/// onednn_conv_backward with dy made image by image: dy_image(n, dst) writes image n of dy (O, Ho, Wo),
-/// in s.operands' type, at dst. Called once for each image, on the threads of a team. oneDNN reads the
-/// images in the layout its primitives want, into which each is reordered while in cache.
-using conv_image_source = std::function<void(std::size_t n, void* dst)>;
-void onednn_conv_backward_images(const conv_shape& s, const void* x, const void* w, const conv_image_source& dy_image,
-                                 float* dx, float* dw, float* db);
+/// onednn_conv_forward with y handed over image by image instead of written whole: image(n, v, block) gets
+/// image n's float32 results in v, to use and overwrite, laid out by block (as the primitive wrote them,
+/// when it wrote a channel-blocked layout: no reorder). Called once for each image, on the threads of a
+/// team.
+using conv_image_sink = std::function<void(std::size_t n, float* v, std::size_t block)>;
+std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
+                                         const conv_image_sink& image);
+
+/// onednn_conv_backward with dy made image by image: dy_image(n, dst, block) writes image n of dy, in
+/// s.operands' type and laid out by block, at dst: in the layout the primitives read when that is
+/// channel-blocked, else plain (and then reordered while in cache when the primitives want another).
+/// Called once for each image, on the threads of a team.
+using conv_image_source = std::function<void(std::size_t n, void* dst, std::size_t block)>;
+void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
+                                 const conv_image_source& dy_image, float* dx, float* dw, float* db);
 
 } // namespace mixprec::autodiff::detail
