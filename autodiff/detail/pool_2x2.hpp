@@ -4,9 +4,11 @@
 // Run them under detail::vectorized: their fixed-width loops are written for the vectorizer.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace mixprec::autodiff::detail {
@@ -77,34 +79,106 @@ inline void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std
     });
 }
 
+/// Sixteen rows of sixteen 32-bit elements, as GCC's generic vectors (one AVX-512 register each, two
+/// AVX2 or four SSE registers at the lower levels).
+using u32x16 = std::uint32_t __attribute__((vector_size(64)));
+
+/// The 16-element index table whose element i is f(i), for __builtin_shufflevector.
+template <class F>
+constexpr std::array<int, 16> shuffle_table(F f) {
+    std::array<int, 16> t{};
+    for (int i = 0; i < 16; ++i) t[static_cast<std::size_t>(i)] = f(i);
+    return t;
+}
+
+/// One step of transpose_16x16: rows m[i] and m[i + S] (i without bit S) become shuffles Lo and Hi of
+/// the two (indices 16 and up name the second row's elements).
+template <std::array<int, 16> Lo, std::array<int, 16> Hi, std::size_t S>
+[[gnu::always_inline]] inline void transpose_step(u32x16* m) {
+    for (std::size_t i = 0; i < 16; ++i) {
+        if (i & S) continue;
+        const u32x16 a = m[i], b = m[i + S];
+        m[i] = __builtin_shufflevector(a, b, Lo[0], Lo[1], Lo[2], Lo[3], Lo[4], Lo[5], Lo[6], Lo[7], Lo[8], Lo[9],
+                                       Lo[10], Lo[11], Lo[12], Lo[13], Lo[14], Lo[15]);
+        m[i + S] = __builtin_shufflevector(a, b, Hi[0], Hi[1], Hi[2], Hi[3], Hi[4], Hi[5], Hi[6], Hi[7], Hi[8], Hi[9],
+                                           Hi[10], Hi[11], Hi[12], Hi[13], Hi[14], Hi[15]);
+    }
+}
+
+/// m transposed in 64 shuffles (AVX-512's unpacks and 128-bit lane shuffles), with one twist: column c
+/// ends in row transposed_row(c), columns 1 and 2 of each group of four trading places.
+[[gnu::always_inline]] inline void transpose_16x16(u32x16* m) {
+    // Within each 128-bit lane q of a row pair: 32-bit, then 64-bit interleaves; then whole lanes.
+    constexpr auto lo32 = shuffle_table([](int i) { return (i % 2 ? 16 : 0) + i / 4 * 4 + i % 4 / 2; });
+    constexpr auto hi32 = shuffle_table([](int i) { return (i % 2 ? 16 : 0) + i / 4 * 4 + 2 + i % 4 / 2; });
+    constexpr auto lo64 = shuffle_table([](int i) { return (i % 4 / 2 ? 16 : 0) + i / 4 * 4 + i % 2; });
+    constexpr auto hi64 = shuffle_table([](int i) { return (i % 4 / 2 ? 16 : 0) + i / 4 * 4 + 2 + i % 2; });
+    constexpr auto even_lanes = shuffle_table([](int i) { return (i / 8 ? 16 : 0) + i / 4 % 2 * 8 + i % 4; });
+    constexpr auto odd_lanes = shuffle_table([](int i) { return (i / 8 ? 16 : 0) + i / 4 % 2 * 8 + 4 + i % 4; });
+    transpose_step<lo32, hi32, 1>(m);
+    transpose_step<lo64, hi64, 2>(m);
+    transpose_step<even_lanes, odd_lanes, 4>(m);
+    transpose_step<even_lanes, odd_lanes, 8>(m);
+}
+constexpr std::size_t transposed_row(std::size_t c) { return (c & ~std::size_t{3}) | (c & 1) << 1 | (c & 2) >> 1; }
+
 /// argmax_2x2_row's windows for every channel of a block of B, in a channel-blocked layout (oneDNN's
 /// aBcd8b and aBcd16b): element (c, i, j) of the block's h × w planes at v[(i·w + j)·B + c], taken as
 /// value(v[…]) (the pass's ReLU and rounding, applied on the way). Channel c's window (i, j) puts its value
 /// at max[c·out + i·(w/2) + j] and its index at idx[c·out + i·(w/2) + j]: base + c·plane (its plane's first
 /// index) + its index in the plane, out = (h/2)·(w/2). Channels [0, channels) are written (a last block
 /// may be part padding). Each lane runs argmax_2x2_run's scan and picks, so ties and NaNs go the same way.
+/// The windows go in tiles of 16; with B = 16 a tile's results are transposed so that each channel stores
+/// its 16 as one run, instead of one element at a time.
 template <std::size_t B, class Value>
 [[gnu::always_inline]] inline void argmax_2x2_blocked(const float* v, std::size_t h, std::size_t w,
                                                       std::size_t channels, std::uint32_t base, std::uint32_t plane,
                                                       std::uint32_t* idx, float* max, Value value) {
-    const std::size_t ho = h / 2, wo = w / 2, out = ho * wo;
+    constexpr std::size_t tile = 16;
+    const std::size_t wo = w / 2, out = (h / 2) * wo;
     const auto w32 = static_cast<std::uint32_t>(w);
-    for (std::size_t i = 0; i < ho; ++i)
-        for (std::size_t j = 0; j < wo; ++j) {
+    std::size_t i = 0, j = 0; // the window of k0
+    for (std::size_t k0 = 0; k0 < out; k0 += tile) {
+        const std::size_t windows = std::min(tile, out - k0);
+        alignas(64) std::uint32_t best[tile][B], at[tile][B]; // [window][channel]
+        for (std::size_t t = 0; t < windows; ++t) {
             const float* r0 = v + (2 * i * w + 2 * j) * B;
             const float* r1 = r0 + w * B;
-            float best[B];
-            std::uint32_t offset[B];
-            for (std::size_t lane = 0; lane < B; ++lane)
-                offset[lane] = window_argmax(value(r0[lane]), value(r0[B + lane]), value(r1[lane]), value(r1[B + lane]),
-                                             w32, best[lane]);
-            const std::size_t k = i * wo + j;
             const auto first = base + static_cast<std::uint32_t>(2 * i * w + 2 * j);
-            for (std::size_t lane = 0; lane < channels; ++lane) {
-                max[lane * out + k] = best[lane];
-                idx[lane * out + k] = first + static_cast<std::uint32_t>(lane) * plane + offset[lane];
+            for (std::size_t c = 0; c < B; ++c) {
+                float m;
+                at[t][c] = first + static_cast<std::uint32_t>(c) * plane +
+                           window_argmax(value(r0[c]), value(r0[B + c]), value(r1[c]), value(r1[B + c]), w32, m);
+                best[t][c] = std::bit_cast<std::uint32_t>(m);
             }
+            if (++j == wo) j = 0, ++i;
         }
+        if constexpr (B == 16) {
+            u32x16 best_rows[tile], at_rows[tile];
+            std::memcpy(best_rows, best, sizeof best);
+            std::memcpy(at_rows, at, sizeof at);
+            transpose_16x16(best_rows);
+            transpose_16x16(at_rows);
+            for (std::size_t c = 0; c < channels; ++c) {
+                const std::size_t row = transposed_row(c);
+                if (windows == tile) { // one vector store each
+                    std::memcpy(max + c * out + k0, &best_rows[row], sizeof best_rows[row]);
+                    std::memcpy(idx + c * out + k0, &at_rows[row], sizeof at_rows[row]);
+                    continue;
+                }
+                for (std::size_t t = 0; t < windows; ++t) {
+                    max[c * out + k0 + t] = std::bit_cast<float>(best_rows[row][t]);
+                    idx[c * out + k0 + t] = at_rows[row][t];
+                }
+            }
+        } else {
+            for (std::size_t t = 0; t < windows; ++t)
+                for (std::size_t c = 0; c < channels; ++c) {
+                    max[c * out + k0 + t] = std::bit_cast<float>(best[t][c]);
+                    idx[c * out + k0 + t] = at[t][c];
+                }
+        }
+    }
 }
 
 /// The gradient of windows [0, n) of a 2×2 output row (stride 2, no padding) written into rows r0 and r1
