@@ -838,36 +838,28 @@ struct from_pooled {
             }
         });
     }
-    /// Image n laid out by `block` (8 or 16, conv_kernels.hpp) at dst: each window's argmax given its value
-    /// as put() gives it (the same bits), every other element zero.
+    /// Image n laid out by `block` (8 or 16, conv_kernels.hpp) at dst: zeros, each window's argmax then
+    /// given its value as put() gives it (the same bits).
     void put_blocked(std::size_t n, T* dst, std::size_t block) const {
-        using Bits = std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint16_t>;
-        const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2), size = g.o * out;
+        const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2), size = g.o * out,
+                          padded = (g.o + block - 1) / block * block;
+        std::memset(static_cast<void*>(dst), 0, padded * l * sizeof(T));
         const float* d = window_gradients(n);
-        Bits* values = scratch<Bits>(gradient_plane, size);
+        float* sums = scratch<float>(rounded_values, size);
         detail::vectorized([&] {
-            float* sums = scratch<float>(rounded_values, size);
             for (std::size_t j = 0; j < size; ++j) sums[j] = 0.0f + d[j]; // as gradient_2x2_run
-            if constexpr (std::is_same_v<T, float>) {
-                std::memcpy(values, sums, size * sizeof(float));
-            } else {
-                narrow(sums, values, size, dtype_of<T>);
-            }
         });
-        const std::uint32_t* at = idx + n * size;
-        auto* image = reinterpret_cast<Bits*>(dst);
-        if (block == 16) {
-            detail::vectorized([&] {
-                for (std::size_t o = 0; o < g.o; o += 16)
-                    detail::gradient_2x2_blocked16(
-                        values + o * out, at + o * out, g.ho, g.wo, std::min<std::size_t>(16, g.o - o),
-                        static_cast<std::uint32_t>((n * g.o + o) * l), static_cast<std::uint32_t>(l), image + o * l);
-            });
-            return;
+        const T* values;
+        if constexpr (std::is_same_v<T, float>) {
+            values = sums;
+        } else {
+            T* rounded = scratch<T>(gradient_plane, size);
+            narrow(sums, rounded, size, dtype_of<T>);
+            values = rounded;
         }
-        std::memset(static_cast<void*>(dst), 0, (g.o + block - 1) / block * block * l * sizeof(T));
+        const std::uint32_t* at = idx + n * size;
         for (std::size_t o = 0; o < g.o; ++o) {
-            Bits* blocked = image + (o / block) * l * block + o % block;
+            T* blocked = dst + (o / block) * l * block + o % block;
             const auto base = static_cast<std::uint32_t>((n * g.o + o) * l);
             for (std::size_t j = o * out; j < (o + 1) * out; ++j) blocked[(at[j] - base) * block] = values[j];
         }

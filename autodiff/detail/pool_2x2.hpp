@@ -181,53 +181,6 @@ template <std::size_t B, class Value>
     }
 }
 
-/// The gradient of a block of 16 channels' planes (h × w each) in the channel-blocked layout of
-/// argmax_2x2_blocked, as bit patterns (Bits: float32's or a 16-bit format's): channel c's windows have
-/// the values d[c·out + k] and argmax indices at[c·out + k] (base + c·plane + the index in the plane), out
-/// = (h/2)·(w/2). Every element is written once: its window's value where it is the argmax, else zero,
-/// the elements of an odd last row or column and channels [channels, 16) included. A tile of 16 windows
-/// is read as each channel's run of 16 and transposed to the windows' vectors.
-template <class Bits>
-[[gnu::always_inline]] inline void gradient_2x2_blocked16(const Bits* d, const std::uint32_t* at, std::size_t h,
-                                                          std::size_t w, std::size_t channels, std::uint32_t base,
-                                                          std::uint32_t plane, Bits* v) {
-    constexpr std::size_t tile = 16, B = 16;
-    const std::size_t ho = h / 2, wo = w / 2, out = ho * wo;
-    const auto w32 = static_cast<std::uint32_t>(w);
-    std::size_t i = 0, j = 0; // the window of k0
-    for (std::size_t k0 = 0; k0 < out; k0 += tile) {
-        const std::size_t windows = std::min(tile, out - k0);
-        u32x16 value_rows[tile], index_rows[tile]; // [channel][window], then transposed
-        for (std::size_t c = 0; c < B; ++c)
-            for (std::size_t t = 0; t < tile; ++t) {
-                const bool here = c < channels && t < windows;
-                const std::size_t k = here ? c * out + k0 + t : 0;
-                value_rows[c][t] = here ? static_cast<std::uint32_t>(d[k]) : 0u;
-                index_rows[c][t] = here ? at[k] - base - static_cast<std::uint32_t>(c) * plane : 0u;
-            }
-        transpose_16x16(value_rows);
-        transpose_16x16(index_rows);
-        for (std::size_t t = 0; t < windows; ++t) {
-            const std::size_t row = transposed_row(t);
-            const auto first = static_cast<std::uint32_t>(2 * i * w + 2 * j);
-            Bits* r0 = v + first * B;
-            Bits* r1 = r0 + w * B;
-            for (std::size_t c = 0; c < B; ++c) {
-                const std::uint32_t offset = index_rows[row][c] - first;
-                const auto g = static_cast<Bits>(value_rows[row][c]);
-                r0[c] = offset == 0 ? g : Bits{0};
-                r0[B + c] = offset == 1 ? g : Bits{0};
-                r1[c] = offset == w32 ? g : Bits{0};
-                r1[B + c] = offset == w32 + 1 ? g : Bits{0};
-            }
-            if (++j == wo) j = 0, ++i;
-        }
-    }
-    if (w % 2)
-        for (std::size_t r = 0; r < 2 * ho; ++r) std::fill_n(v + (r * w + w - 1) * B, B, Bits{0});
-    if (h % 2) std::fill_n(v + (h - 1) * w * B, w * B, Bits{0});
-}
-
 /// The gradient of windows [0, n) of a 2×2 output row (stride 2, no padding) written into rows r0 and r1
 /// of dx: each element is in one window only, so it gets d[j] if it is that window's argmax (index at[j],
 /// window j starting at base + 2j) and 0 if not. 0 + d[j] rather than d[j]: the same bits as summing into
