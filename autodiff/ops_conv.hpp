@@ -96,10 +96,13 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
 
 /// max_pool2d(conv2d(x, w, bias, options), {2, 2}): the convolution followed by max pooling in 2×2
 /// windows with stride 2, bit for bit, with its gradient. Each image's convolution is rounded to x's dtype
-/// and pooled while it is in cache (on the oneDNN routes, as each image is reordered out of the layout
-/// oneDNN wrote), and the backward pass builds the convolution's output gradient from the pooled one
-/// image by image (for oneDNN, straight into the layout its primitives read): the convolution's output
-/// (11 MB in float32 for the cnn's first layer) and its gradient are never written whole, nor read back.
+/// and pooled while it is in cache, and the backward pass builds the convolution's output gradient from
+/// the pooled one image by image: on the im2col routes the convolution's output (11 MB in float32 for the
+/// cnn's first layer) and its gradient are never written whole, nor read back. On the oneDNN routes the
+/// primitive writes the batch's output in its own layout, which the pooling reads once: where a layout
+/// keeps channels in blocks of 8 or 16, in place, through the ReLU and the rounding as values are read,
+/// else each image reordered out of it; the output gradient goes straight into the layout the backward
+/// primitives read.
 /// ConvBackend::measured times these fused passes on each route, as choices of their own ("conv2d pooled
 /// forward …", "conv2d pooled backward …"). Outputs under 2×2, and dtypes other than float32 while a
 /// RoundingRecorder is active (the convolution's output is rounded in pieces that never form a tensor to
