@@ -105,8 +105,9 @@ template <std::array<int, 16> Lo, std::array<int, 16> Hi, std::size_t S>
     }
 }
 
-/// m transposed in 64 shuffles (AVX-512's unpacks and 128-bit lane shuffles), with one twist: column c
-/// ends in row transposed_row(c), columns 1 and 2 of each group of four trading places.
+/// m transposed in 64 shuffles (at the AVX-512 level: unpacks, two-row permutes and 128-bit lane
+/// shuffles), with one twist: column c ends in row transposed_row(c), columns 1 and 2 of each group of
+/// four trading places.
 [[gnu::always_inline]] inline void transpose_16x16(u32x16* m) {
     // Within each 128-bit lane q of a row pair: 32-bit, then 64-bit interleaves; then whole lanes.
     constexpr auto lo32 = shuffle_table([](int i) { return (i % 2 ? 16 : 0) + i / 4 * 4 + i % 4 / 2; });
@@ -154,6 +155,10 @@ template <std::size_t B, class Value>
             if (++j == wo) j = 0, ++i;
         }
         if constexpr (B == 16) {
+            if (windows < tile) { // a last tile's unused rows, which the transposes read
+                std::memset(best[windows], 0, (tile - windows) * sizeof best[0]);
+                std::memset(at[windows], 0, (tile - windows) * sizeof at[0]);
+            }
             u32x16 best_rows[tile], at_rows[tile];
             std::memcpy(best_rows, best, sizeof best);
             std::memcpy(at_rows, at, sizeof at);
