@@ -223,9 +223,8 @@ T* scratch(std::size_t slot, std::size_t n) {
 }
 
 /// ReLU as relu() computes it (NaN kept, -0 to +0).
-inline float relu_of(float v) { return v > 0.0f || v != v ? v : 0.0f; }
-/// relu_of's bits by a mask instead of a branch, for loops that GCC vectorizes only without one.
-inline float relu_by_mask(float v) {
+/// The bits kept or cleared by a mask, not a branch: GCC vectorizes every loop that calls it.
+inline float relu_of(float v) {
     const std::uint32_t keep = 0u - static_cast<std::uint32_t>((v > 0.0f) | (v != v));
     return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & keep);
 }
@@ -770,7 +769,7 @@ struct pooled_2x2 {
     /// the loops that call it vectorize.
     template <class S, bool relu>
     static float as_stored(float x) {
-        if constexpr (relu) x = relu_by_mask(x);
+        if constexpr (relu) x = relu_of(x);
         if constexpr (std::is_same_v<S, float>) {
             return x;
         } else {
