@@ -2,6 +2,7 @@
 
 #include <mixprec/autodiff/detail/fp8_cast.hpp>
 #include <mixprec/autodiff/detail/pool_2x2.hpp>
+#include <mixprec/autodiff/detail/pooled_weights.hpp>
 #include <mixprec/autodiff/ops_pool.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
@@ -917,6 +918,64 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
     return out;
 }
 
+/// The most taps (C·kh·kw) of a first layer whose weights pass runs from the windows: 3 channels of 3 × 3.
+/// The products are then few next to the reads and writes of a dense output gradient (the cnn's first
+/// layer: 9 a result).
+constexpr std::size_t window_pass_taps = 27;
+
+/// Whether conv2d_max_pool's weights pass runs from the pooled gradient (pooled_weights.hpp): for a layer
+/// whose input needs no gradient (a first layer) of at most window_pass_taps taps, stride 1, no dilation
+/// and no padding (an infinite gradient times a padding zero: NaN on the im2col route, skipped by
+/// oneDNN's).
+bool windows_pass_applies(const geometry& g, const conv_grads& d) {
+    const auto& o = g.opt;
+    return !d.dx && g.k() <= window_pass_taps && o.stride == std::array<std::size_t, 2>{1, 1} &&
+           o.dilation == std::array<std::size_t, 2>{1, 1} && o.padding == std::array<std::size_t, 2>{0, 0};
+}
+
+/// dw and dbias of conv2d_max_pool from the pooled gradient and the argmax: each image's sums made lane by
+/// lane and folded, then the images' sums added in image order (the same bits for any number of threads).
+/// False, with nothing written, when an input is not finite: the general path then multiplies every
+/// output gradient, zeros included, as the two ops would (0 · ∞ is NaN).
+bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<float>& source, conv_grads d) {
+    const detail::window_geometry wg{g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo};
+    constexpr std::size_t L = detail::window_lanes;
+    const std::size_t taps = wg.taps(), per_image = g.o * taps + g.o, image = g.c * g.h * g.w, out = g.o * wg.windows();
+    std::vector<float> sums(g.n * per_image);
+    std::vector<unsigned char> finite(g.n);
+    detail::split_blocks(g.n, per_image, [&](std::size_t first, std::size_t end) {
+        for (std::size_t n = first; n < end; ++n) {
+            float* split = scratch<float>(0, wg.split_size());
+            float* gathered = scratch<float>(1, wg.gathered_size());
+            float* lanes = scratch<float>(2, per_image * L);
+            const float* xv = elements_as<float>(x, n * image, image, widened_x);
+            finite[n] = detail::vectorized([&] { return detail::split_columns(wg, xv, split); });
+            if (!finite[n]) continue;
+            const float* dv = source.window_gradients(n);
+            const std::uint32_t* idx = source.idx + n * out;
+            const auto base = static_cast<std::uint32_t>(n * g.o * g.l());
+            detail::vectorized([&] {
+                detail::gather_windows(wg, split, gathered);
+                float* db = lanes + g.o * taps * L;
+                if (g.c == 1 && g.kh == 3 && g.kw == 3) {
+                    detail::pooled_weights<1, 3, 3>(wg, gathered, dv, idx, base, lanes, db);
+                } else {
+                    detail::pooled_weights<0, 0, 0>(wg, gathered, dv, idx, base, lanes, db);
+                }
+                for (std::size_t t = 0; t < per_image; ++t) sums[n * per_image + t] = detail::fold_lanes(lanes + t * L);
+            });
+        }
+    });
+    if (std::find(finite.begin(), finite.end(), 0) != finite.end()) return false;
+    for (std::size_t n = 0; n < g.n; ++n) {
+        const float* s = sums.data() + n * per_image;
+        for (std::size_t t = 0; t < g.o * taps; ++t) d.dw[t] += s[t];
+        if (d.db)
+            for (std::size_t o = 0; o < g.o; ++o) d.db[o] += s[g.o * taps + o];
+    }
+    return true;
+}
+
 /// conv2d_max_pool's backward pass on route r for the pooled outputs' gradient dy: {dx (when the tape
 /// wants it), dw, and dbias when `bias`}.
 Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, bool bias, const Tensor& dy,
@@ -924,6 +983,7 @@ Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Ten
     gradient_sums sums(g, x, w, bias, x.dtype(), w.dtype());
     const conv_grads d = sums.grads(1.0f);
     const auto source = [&]<class T>(T) { return from_pooled<T>{g, dy, forward_result.y, forward_result.idx.get()}; };
+    if (windows_pass_applies(g, d) && weights_from_windows(g, x, source(0.0f), d)) return sums.finish();
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:

@@ -95,7 +95,7 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
                   Conv2dOptions options = {});
 
 /// max_pool2d(conv2d(x, w, bias, options), {2, 2}): the convolution followed by max pooling in 2×2
-/// windows with stride 2, bit for bit, with its gradient. Each image's convolution is rounded to x's dtype
+/// windows with stride 2, bit for bit (but for a first layer's dw and dbias, below), with its gradient. Each image's convolution is rounded to x's dtype
 /// and pooled while it is in cache, and the backward pass builds the convolution's output gradient from
 /// the pooled one image by image: on the im2col routes the convolution's output (11 MB in float32 for the
 /// cnn's first layer) and its gradient are never written whole, nor read back. On the oneDNN routes the
@@ -103,6 +103,14 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
 /// keeps channels in blocks of 8 or 16, in place, through the ReLU and the rounding as values are read,
 /// else each image reordered out of it; the output gradient goes straight into the layout the backward
 /// primitives read.
+/// A first layer (the input's gradient not wanted) of up to 27 taps (3 channels of 3 × 3), stride 1, no
+/// dilation and no padding gets dw and dbias straight from the windows: each window's gradient times the
+/// inputs under its argmax, one product per tap instead of four with three of them zero, and no output
+/// gradient written (detail/pooled_weights.hpp). These are the two ops' products, summed in another fixed
+/// order (image by image, 16 lanes of windows folded pairwise, then the images in order: the same bits
+/// for any thread count and instruction-set level), so dw and dbias may differ from the two ops' in their
+/// last bits, within the bound of a float32 sum; the outputs and dx stay bit for bit. A batch with an
+/// input that is not finite takes the two ops' path (0 · ∞ is NaN there).
 /// ConvBackend::measured times these fused passes on each route, as choices of their own ("conv2d pooled
 /// forward …", "conv2d pooled backward …"). Outputs under 2×2, and dtypes other than float32 while a
 /// RoundingRecorder is active (the convolution's output is rounded in pieces that never form a tensor to

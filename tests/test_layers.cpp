@@ -398,6 +398,8 @@ BOOST_AUTO_TEST_CASE(conv2d_matches_direct_loops) {
 // Keras's glorot fans for a convolution kernel: fan_in = C·kh·kw, fan_out = filters·kh·kw.
 // Sequential runs a Conv2D (with a ReLU or none, "valid" or "same") and the 2×2 MaxPool2D after it as one
 // conv2d_max_pool: the model's output and every gradient have the bits of the layers called one by one.
+// The input is watched: unwatched, the first layer's kernel and bias gradients are summed from the
+// windows, the same products in another order (test_ops_conv's first_layer_weights_from_the_windows).
 BOOST_AUTO_TEST_CASE(sequential_fuses_conv2d_and_max_pool_bit_for_bit) {
     Sequential model{Conv2D(4, {3, 3}, "relu"),
                      MaxPool2D(),
@@ -410,6 +412,7 @@ BOOST_AUTO_TEST_CASE(sequential_fuses_conv2d_and_max_pool_bit_for_bit) {
     const Tensor w = random(Shape{6, 3}, -1.0f, 1.0f, 10);
     const auto run = [&](bool whole_model) {
         GradientTape tape;
+        tape.watch(x);
         Tensor y = x;
         if (whole_model) {
             y = model(x);

@@ -3,6 +3,8 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+
 #include "error_bounds.hpp"
 #include "op_checks.hpp"
 
@@ -12,10 +14,16 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
+#include <utility>
+
+#include <omp.h>
 
 using namespace mixprec::autodiff;
 
 namespace {
+
+const int default_threads = omp_get_max_threads();
 
 Tensor random(const Shape& shape, float lo, float hi, unsigned seed, bool positive = false) {
     return op_checks::uniform(shape, lo, hi, seed, positive);
@@ -297,8 +305,40 @@ BOOST_AUTO_TEST_CASE(conv2d_relu_is_relu_of_conv2d_bit_for_bit) {
     }
 }
 
+/// Whether conv2d_max_pool sums a first layer's dw and dbias from the windows (ops_conv.cpp): a few taps,
+/// stride 1, no dilation, no padding.
+bool windows_pass(const Shape& w, const Conv2dOptions& o) {
+    return w[1] * w[2] * w[3] <= 27 && o.stride == std::array<std::size_t, 2>{1, 1} &&
+           o.dilation == std::array<std::size_t, 2>{1, 1} && o.padding == std::array<std::size_t, 2>{0, 0};
+}
+
+/// Whether a, from the windows, and b, from the two ops, are the same float32 sums up to their order: the
+/// same infinities and NaNs, and finite elements within both sums' bounds (error_bounds.hpp) of each other.
+/// Filter o's terms are products of its windows' gradients (dy's, N·(Ho/2)·(Wo/2) of them) with inputs
+/// of x, so Σ|terms| ≤ max|x|·Σ|dy of o| for dw (x_shape given) and Σ|dy of o| for dbias (x_shape empty).
+bool same_sums(const Tensor& a, const Tensor& b, const Shape& x_shape, const Tensor& x, const Tensor& dy) {
+    const std::vector<float> fa = a.to_floats(), fb = b.to_floats(), xs = x.to_floats(), ds = dy.to_floats();
+    const std::size_t filters = dy.shape()[1], plane = dy.shape()[2] * dy.shape()[3];
+    const std::size_t terms = dy.shape()[0] * plane * 4; // the two ops' dense sums, zeros included
+    double largest_x = 0;
+    for (float v : xs) largest_x = std::max(largest_x, double(std::fabs(v)));
+    std::vector<double> size(filters, 0.0);
+    for (std::size_t i = 0; i < ds.size(); ++i) size[i / plane % filters] += std::fabs(ds[i]);
+    for (std::size_t i = 0; i < fa.size(); ++i) {
+        const double magnitude = size[i * filters / fa.size()] * (x_shape.rank() ? largest_x : 1.0);
+        if (!std::isfinite(fa[i]) || !std::isfinite(fb[i])) {
+            if (std::isnan(fa[i]) != std::isnan(fb[i]) || (!std::isnan(fa[i]) && fa[i] != fb[i])) return false;
+            continue;
+        }
+        if (std::fabs(double(fa[i]) - fb[i]) > 2 * error_bounds::rounded_sum_error(a.dtype(), terms, fb[i], magnitude))
+            return false;
+    }
+    return true;
+}
+
 // conv2d_max_pool gives max_pool2d(conv2d(…), {2, 2}) bit for bit on every pinned route and dtype (the
-// measured routes: conv2d_max_pool_measures_its_routes): the pooled outputs, and dx, dw and dbias, with
+// measured routes: conv2d_max_pool_measures_its_routes): the pooled outputs, and dx, dw and dbias (a
+// first layer's dw and dbias from the windows: the same sums in another order, same_sums), with
 // and without the ReLU and the bias, for even and odd outputs (26 → 13, 11 → 5, 7 → 3: an odd last row and column in no window),
 // with padding and stride, with and without the input's gradient, for an output gradient with infinities
 // and negative values; channel counts that fill oneDNN's blocks of 16 and that leave them part empty.
@@ -350,14 +390,124 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
                                                << (with_bias ? ", bias" : "") << (input_gradient ? ", dx" : "")) {
                                 const std::vector<Tensor> fused = run_with(true), plain = run_with(false);
                                 BOOST_TEST_REQUIRE(fused.size() == plain.size());
+                                // a first layer's dw and dbias come from the windows, summed in another order
+                                const bool from_windows = !input_gradient && windows_pass(k.w, o);
                                 for (std::size_t i = 0; i < plain.size(); ++i) {
                                     BOOST_TEST_REQUIRE(fused[i].shape() == plain[i].shape());
                                     BOOST_TEST_REQUIRE(fused[i].dtype() == plain[i].dtype());
+                                    if (from_windows && i + 1 < plain.size()) {
+                                        BOOST_TEST(same_sums(fused[i], plain[i], i == 0 ? k.x : Shape{}, x, dy),
+                                                   "gradient " << i);
+                                        continue;
+                                    }
                                     BOOST_TEST(std::memcmp(fused[i].raw(), plain[i].raw(), plain[i].nbytes()) == 0,
                                                (i + 1 < plain.size() ? "gradient " : "output ") << i);
                                 }
                             }
                         }
+}
+
+/// A first layer of conv2d_max_pool (x not watched) and the two ops' output gradient at the convolution's
+/// output (dy at each window's argmax, times the ReLU's derivative): {dw, dbias, that gradient}.
+std::vector<Tensor> first_layer_gradients(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy,
+                                          const Conv2dOptions& o) {
+    GradientTape tape;
+    tape.watch(w);
+    tape.watch(b);
+    std::vector<Tensor> out = tape.gradient(mul(conv2d_max_pool(x, w, b, o), dy), {w, b});
+    GradientTape outputs;
+    Conv2dOptions plain = o;
+    plain.relu = false;
+    const Tensor before = conv2d(x, w, b, plain); // the ReLU's input, as conv2d rounds it
+    outputs.watch(before);
+    const Tensor y = o.relu ? relu(before) : before;
+    out.push_back(outputs.gradient(mul(max_pool2d(y, {2, 2}), dy), {before})[0]);
+    return out;
+}
+
+// A first layer's dw and dbias, summed from each window's gradient and the inputs under its argmax
+// (pooled_weights.hpp), against float64 sums of every output gradient times its inputs, within the bound
+// of a float32 sum of N·Ho·Wo terms rounded once (error_bounds.hpp): with 3×3 kernels on one channel
+// (sizes known at compile time) and other kernels and channel counts; rows of windows shorter and longer
+// than 16 (the lanes), odd rows and columns outside every window, padding. The bits do not depend on the
+// thread count or the instruction-set level.
+BOOST_AUTO_TEST_CASE(first_layer_weights_from_the_windows) {
+    const std::vector<std::pair<Shape, Shape>> cases{{{6, 1, 28, 28}, {5, 1, 3, 3}},
+                                                     {{3, 3, 20, 37}, {4, 3, 3, 3}},
+                                                     {{2, 1, 9, 40}, {3, 1, 5, 5}},
+                                                     {{2, 2, 7, 8}, {2, 2, 3, 2}}};
+    unsigned seed = 900;
+    for (const auto& [xs, ws] : cases)
+        for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
+            for (bool relu : {true, false}) {
+                const Tensor x = random(xs, -1.0f, 1.0f, ++seed).to(dtype),
+                             w = random(ws, -1.0f, 1.0f, ++seed).to(dtype),
+                             b = random(Shape{ws[0]}, -0.5f, 0.5f, ++seed).to(dtype);
+                const Conv2dOptions o{.relu = relu};
+                const std::size_t n_images = xs[0], channels = xs[1], filters = ws[0], kh = ws[2], kw = ws[3],
+                                  ho = xs[2] - kh + 1, wo = xs[3] - kw + 1, taps = channels * kh * kw;
+                const Tensor dy = random(Shape{n_images, filters, ho / 2, wo / 2}, 0.1f, 1.0f, ++seed).to(dtype);
+                const std::vector<Tensor> got = first_layer_gradients(x, w, b, dy, o);
+                const std::vector<float> xv = x.to_floats(), d = got[2].to_floats();
+                std::vector<double> dw(filters * taps), dw_size(dw.size()), db(filters), db_size(db.size());
+                for (std::size_t n = 0; n < n_images; ++n)
+                    for (std::size_t f = 0; f < filters; ++f)
+                        for (std::size_t i = 0; i < ho; ++i)
+                            for (std::size_t j = 0; j < wo; ++j) {
+                                const double g = d[((n * filters + f) * ho + i) * wo + j];
+                                db[f] += g;
+                                db_size[f] += std::fabs(g);
+                                for (std::size_t t = 0; t < taps; ++t) {
+                                    const std::size_t c = t / (kh * kw), r = i + t / kw % kh, col = j + t % kw;
+                                    const double term = g * xv[((n * channels + c) * xs[2] + r) * xs[3] + col];
+                                    dw[f * taps + t] += term;
+                                    dw_size[f * taps + t] += std::fabs(term);
+                                }
+                            }
+                BOOST_TEST_CONTEXT(xs.to_string()
+                                   << " " << ws.to_string() << " " << name_of(dtype) << (relu ? ", relu" : "")) {
+                    const std::size_t terms = n_images * ho * wo;
+                    BOOST_TEST(far_from_sums(got[0], dw, dw_size, terms) == 0u);
+                    BOOST_TEST(far_from_sums(got[1], db, db_size, terms) == 0u);
+                    for (Isa level : available_isas()) {
+                        set_isa(level);
+                        for (int threads : {1, 2}) {
+                            detail::onednn_set_threads(threads);
+                            const std::vector<Tensor> again = first_layer_gradients(x, w, b, dy, o);
+                            for (std::size_t i = 0; i < 2; ++i)
+                                BOOST_TEST(std::memcmp(again[i].raw(), got[i].raw(), got[i].nbytes()) == 0,
+                                           name_of(level) << ", " << threads << " threads, gradient " << i);
+                        }
+                    }
+                    set_isa(max_isa());
+                    detail::onednn_set_threads(default_threads);
+                }
+            }
+}
+
+// An input that is not finite leaves a first layer's dw and dbias to the two ops' path, bit for bit: each
+// output gradient times every input, zeros included (0 · ∞ is NaN), as max_pool2d(conv2d(…)) makes them.
+BOOST_AUTO_TEST_CASE(first_layer_weights_with_infinite_inputs) {
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+        std::vector<float> v = random(Shape{3, 1, 10, 10}, -1.0f, 1.0f, 950).to_floats();
+        v[157] = bad; // image 1
+        const Tensor x = Tensor::from_floats(Shape{3, 1, 10, 10}, v), w = random(Shape{2, 1, 3, 3}, -1.0f, 1.0f, 951),
+                     b = random(Shape{2}, -0.5f, 0.5f, 952), dy = random(Shape{3, 2, 4, 4}, -1.0f, 1.0f, 953);
+        const auto gradients = [&](bool fused) {
+            GradientTape tape;
+            tape.watch(w);
+            tape.watch(b);
+            const Tensor y =
+                fused ? conv2d_max_pool(x, w, b, {.relu = true}) : max_pool2d(conv2d(x, w, b, {.relu = true}), {2, 2});
+            return tape.gradient(mul(y, dy), {w, b});
+        };
+        const std::vector<Tensor> fused = gradients(true), plain = gradients(false);
+        bool nan = false;
+        for (float g : fused[0].to_floats()) nan |= std::isnan(g);
+        BOOST_TEST(nan, bad); // the image's 0 · ∞ (or NaN) reaches dw
+        for (std::size_t i = 0; i < 2; ++i)
+            BOOST_TEST(std::memcmp(fused[i].raw(), plain[i].raw(), plain[i].nbytes()) == 0, bad << ", gradient " << i);
+    }
 }
 
 // oneDNN's weights pass reads x as the forward pass reordered it when no pass of that shape ran in
@@ -739,6 +889,26 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_gradients) {
         const Tensor b = relu ? random(Shape{3}, 8.0f, 9.0f, 802) : random(Shape{3}, -0.5f, 0.5f, 802);
         check(std::string("conv2d_max_pool") + (relu ? " relu" : ""),
               [relu](const auto& in) { return conv2d_max_pool(in[0], in[1], in[2], {.relu = relu}); }, {x, w, b});
+    }
+}
+
+// A first layer (x a constant: dw and dbias from the windows) against finite differences, with a 3×3
+// kernel on one channel (sizes known at compile time) and a 2×3 one on two. One tap of weight 5 on x's
+// values 0.1 apart and the others at most 0.002, with a bias of 0.25: the results of a window lie 0.3 or
+// more apart and 0.13 or more from 0, so no step of the finite differences moves an argmax or a ReLU.
+BOOST_AUTO_TEST_CASE(conv2d_max_pool_first_layer_gradients) {
+    for (const auto& [xs, ws, big] : {std::tuple{Shape{2, 1, 8, 8}, Shape{3, 1, 3, 3}, std::size_t{4}},
+                                      {Shape{2, 2, 7, 8}, Shape{2, 2, 2, 3}, 0}}) {
+        const Tensor x = distinct(xs, 810);
+        std::vector<float> wv = random(ws, 0.001f, 0.002f, 811).to_floats();
+        for (std::size_t o = 0; o < ws[0]; ++o) wv[o * ws[1] * ws[2] * ws[3] + big] = 5.0f;
+        const Tensor w = Tensor::from_floats(ws, wv), b = Tensor::full(Shape{ws[0]}, 0.25f);
+        for (bool relu : {false, true})
+            check("conv2d_max_pool first layer " + ws.to_string() + (relu ? " relu" : ""),
+                  [x, relu](const auto& in) {
+                      return conv2d_max_pool(x.to(in[0].dtype()), in[0], in[1], {.relu = relu});
+                  },
+                  {w, b});
     }
 }
 

@@ -1,0 +1,186 @@
+#pragma once
+// Internal: the weights' and bias's gradients of conv2d_max_pool computed straight from the pooled
+// gradient and the argmax (ops_conv.cpp), for a layer whose input needs no gradient (a first layer), with
+// few taps, stride 1, no dilation and no padding. The general path writes the convolution's whole output gradient
+// (zeros, and each window's gradient at its argmax) and has oneDNN or a GEMM multiply all of it, zeros
+// included; here each window multiplies its gradient by the inputs under its argmax only: one product per
+// tap and window instead of four, and no output gradient in memory.
+//
+// Lanes are 16 windows side by side along a row of windows. Each image's columns are split into even and
+// odd ones (split_columns), so that what a lane reads lies next to what its neighbours read, and gathered
+// once per image (gather_windows), so that each filter's pass reads them in order. Each lane's sums run
+// over its windows in order in float32, one multiply and one add each (the TU is built with
+// -ffp-contract=off), so the bits are those of every instruction-set level. Run the kernels under
+// detail::vectorized.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+// The helpers below pass 64-byte vectors by value, which GCC warns changes the ABI below AVX-512: they
+// are always inlined, so no call crosses an ABI.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace mixprec::autodiff::detail {
+
+/// Windows per vector of work (one AVX-512 vector of float32).
+constexpr std::size_t window_lanes = 16;
+
+/// 16 lanes as GCC's generic vectors (one AVX-512 register, two AVX2 or four SSE ones).
+using f32x16 = float __attribute__((vector_size(64)));
+using u32x16 = std::uint32_t __attribute__((vector_size(64)));
+using i32x16 = std::int32_t __attribute__((vector_size(64))); // lane masks: all ones or 0
+
+[[gnu::always_inline]] inline f32x16 load_lanes(const float* p) {
+    f32x16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+[[gnu::always_inline]] inline void store_lanes(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+
+/// One image's geometry: c channels of h × w, o filters of kh × kw, the convolution's output ho × wo
+/// (stride 1, no dilation, no padding), pooled in (ho / 2) × (wo / 2) windows.
+struct window_geometry {
+    std::size_t c, h, w, o, kh, kw, ho, wo;
+    std::size_t taps() const { return c * kh * kw; }
+    std::size_t windows() const { return (ho / 2) * (wo / 2); }
+    std::size_t chunks() const { return (wo / 2 + window_lanes - 1) / window_lanes; } ///< of 16 windows a row
+    /// Elements of each half row (even or odd columns) in split_columns' layout: every chunk's lanes and
+    /// the kw / 2 + 1 columns after them.
+    std::size_t span() const { return chunks() * window_lanes + kw / 2 + 1; }
+    std::size_t split_size() const { return c * h * 2 * span(); }
+    /// Vectors a chunk of windows reads: for each channel, kh + 1 rows by kw + 1 column shifts.
+    std::size_t inputs() const { return c * (kh + 1) * (kw + 1); }
+    std::size_t gathered_size() const { return (ho / 2) * chunks() * inputs() * window_lanes; }
+};
+
+/// Where the even (parity 0) or odd (parity 1) columns of row r of channel c start in split.
+[[gnu::always_inline]] inline std::size_t half_row(const window_geometry& g, std::size_t c, std::size_t r,
+                                                   std::size_t parity) {
+    return ((c * g.h + r) * 2 + parity) * g.span();
+}
+
+/// One image (c, h, w) split: element k of half_row(c, r, p) is column 2k + p of row r (zeros past the
+/// row). Returns whether every element is finite.
+template <class T>
+[[gnu::always_inline]] inline bool split_columns(const window_geometry& g, const T* x, float* split) {
+    std::fill_n(split, g.split_size(), 0.0f);
+    bool finite = true;
+    for (std::size_t c = 0; c < g.c; ++c)
+        for (std::size_t i = 0; i < g.h; ++i) {
+            const T* row = x + (c * g.h + i) * g.w;
+            float* halves[2] = {split + half_row(g, c, i, 0), split + half_row(g, c, i, 1)};
+            for (std::size_t j = 0; j < g.w; ++j) {
+                const auto v = static_cast<float>(row[j]);
+                finite &= v - v == 0.0f; // NaN for infinities and NaNs
+                halves[j % 2][j / 2] = v;
+            }
+        }
+    return finite;
+}
+
+/// What each chunk of windows reads, in the order the filters' passes read it: for window row i and
+/// chunk k (windows 16k, 16k + 1, …), channel c, row 2i + r (r ≤ kh) and column shift s (s ≤ kw), the
+/// 16 lanes at gathered + (((i·chunks + k)·c + c)·(kh + 1) + r)·(kw + 1) + s)·16: lane l holds column
+/// 2(16k + l) + s. Lanes past the row hold 0.
+[[gnu::always_inline]] inline void gather_windows(const window_geometry& g, const float* split, float* gathered) {
+    constexpr std::size_t L = window_lanes;
+    const std::size_t wo2 = g.wo / 2;
+    for (std::size_t i = 0; i < g.ho / 2; ++i)
+        for (std::size_t k0 = 0; k0 < wo2; k0 += L) {
+            const std::size_t lanes = std::min(L, wo2 - k0);
+            for (std::size_t c = 0; c < g.c; ++c)
+                for (std::size_t r = 0; r <= g.kh; ++r)
+                    for (std::size_t s = 0; s <= g.kw; ++s) {
+                        const float* from = split + half_row(g, c, 2 * i + r, s % 2) + k0 + s / 2;
+                        std::copy_n(from, lanes, gathered);
+                        std::fill(gathered + lanes, gathered + L, 0.0f);
+                        gathered += L;
+                    }
+        }
+}
+
+/// One image's gradients from its windows' gradients d (o, ho/2, wo/2) (the ReLU's derivative applied)
+/// and the forward's argmax idx (indices into the convolution's output, whose first is `base` for this
+/// image): a window's gradient goes to its argmax alone, so tap t of filter o gets d times the input
+/// that tap read for the argmax. Writes lane l's sums (over windows 16k + l of each row, rows in order)
+/// to dw[(o·taps + t)·16 + l] and db[o·16 + l]. C, KH and KW: the sizes when known at compile time (the
+/// sums then stay in registers), else 0. The inputs come from gather_windows.
+template <std::size_t C, std::size_t KH, std::size_t KW>
+[[gnu::always_inline]] inline void pooled_weights(const window_geometry& g, const float* gathered, const float* d,
+                                                  const std::uint32_t* idx, std::uint32_t base, float* dw, float* db) {
+    constexpr std::size_t L = window_lanes, fixed = C * KH * KW;
+    const std::size_t c_n = C ? C : g.c, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw, taps = c_n * kh * kw;
+    const std::size_t row = kw + 1, channel = (kh + 1) * row, inputs = c_n * channel;
+    const std::size_t ho2 = g.ho / 2, wo2 = g.wo / 2, plane = g.ho * g.wo, size = g.o * ho2 * wo2;
+    const auto wo = static_cast<std::uint32_t>(g.wo);
+    const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    for (std::size_t o = 0; o < g.o; ++o) {
+        float* out = dw + o * taps * L;
+        f32x16 fixed_sums[fixed ? fixed : 1] = {}; // registers when the taps are known
+        if (!fixed) std::fill_n(out, taps * L, 0.0f);
+        f32x16 bias = {};
+        const float* in = gathered;
+        for (std::size_t i = 0; i < ho2; ++i)
+            for (std::size_t k0 = 0; k0 < wo2; k0 += L, in += inputs * L) {
+                const std::size_t at = (o * ho2 + i) * wo2 + k0;
+                const auto lanes = static_cast<std::uint32_t>(std::min(L, wo2 - k0));
+                float d_lanes[L];
+                std::uint32_t idx_lanes[L];
+                if (at + L <= size) { // lanes past the row read the next windows, then drop them
+                    std::memcpy(d_lanes, d + at, sizeof d_lanes);
+                    std::memcpy(idx_lanes, idx + at, sizeof idx_lanes);
+                } else {
+                    std::fill_n(d_lanes, L, 0.0f);
+                    std::fill_n(idx_lanes, L, 0u);
+                    std::memcpy(d_lanes, d + at, lanes * sizeof(float));
+                    std::memcpy(idx_lanes, idx + at, lanes * sizeof(std::uint32_t));
+                }
+                // a −0 lands as +0, as max_pool2d's sum into zeros does
+                const f32x16 gradient = lane < lanes ? 0.0f + load_lanes(d_lanes) : f32x16{};
+                u32x16 offset;
+                std::memcpy(&offset, idx_lanes, sizeof offset);
+                offset -= static_cast<std::uint32_t>(base + o * plane + 2 * i * g.wo + 2 * k0) + 2 * lane;
+                const i32x16 right = offset == 1, below = offset == wo, diagonal = offset == wo + 1;
+                bias += gradient;
+                std::size_t t = 0;
+                for (std::size_t c = 0; c < c_n; ++c)
+                    for (std::size_t th = 0; th < kh; ++th) {
+                        const float* upper = in + (c * channel + th * row) * L;
+                        const float* lower = upper + row * L;
+                        for (std::size_t tw = 0; tw < kw; ++tw, ++t) {
+                            f32x16 v = load_lanes(upper + tw * L);
+                            v = right ? load_lanes(upper + (tw + 1) * L) : v;
+                            v = below ? load_lanes(lower + tw * L) : v;
+                            v = diagonal ? load_lanes(lower + (tw + 1) * L) : v;
+                            if constexpr (fixed != 0) {
+                                fixed_sums[t] += gradient * v;
+                            } else {
+                                store_lanes(out + t * L, load_lanes(out + t * L) + gradient * v);
+                            }
+                        }
+                    }
+            }
+        if constexpr (fixed != 0)
+            for (std::size_t t = 0; t < taps; ++t) store_lanes(out + t * L, fixed_sums[t]);
+        store_lanes(db + o * L, bias);
+    }
+}
+
+/// The sum of 16 lanes, folded pairwise (lane l + 8 into lane l, then l + 4, l + 2, l + 1): one order at
+/// every level.
+[[gnu::always_inline]] inline float fold_lanes(const float* lanes) {
+    using f32x8 = float __attribute__((vector_size(32)));
+    using f32x4 = float __attribute__((vector_size(16)));
+    const f32x16 v = load_lanes(lanes);
+    const f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                    __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+} // namespace mixprec::autodiff::detail
+
+#pragma GCC diagnostic pop
