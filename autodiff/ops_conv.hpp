@@ -95,10 +95,11 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
                   Conv2dOptions options = {});
 
 /// max_pool2d(conv2d(x, w, bias, options), {2, 2}): the convolution followed by max pooling in 2×2
-/// windows with stride 2, bit for bit (but for a first layer's dw and dbias, below), with its gradient. Each image's convolution is rounded to x's dtype
-/// and pooled while it is in cache, and the backward pass builds the convolution's output gradient from
-/// the pooled one image by image: on the im2col routes the convolution's output (11 MB in float32 for the
-/// cnn's first layer) and its gradient are never written whole, nor read back. On the oneDNN routes the
+/// windows with stride 2, bit for bit (but for a first layer's dw and dbias, below), with its gradient.
+/// Each image's convolution is rounded to x's dtype and pooled while it is in cache, and the backward
+/// pass builds the convolution's output gradient from the pooled one image by image: on the im2col routes
+/// the convolution's output (11 MB in float32 for the cnn's first layer) and its gradient are never
+/// written whole, nor read back. On the oneDNN routes the
 /// primitive writes the batch's output in its own layout, which the pooling reads once: where a layout
 /// keeps channels in blocks of 8 or 16, in place, through the ReLU and the rounding as values are read,
 /// else each image reordered out of it; the output gradient goes straight into the layout the backward

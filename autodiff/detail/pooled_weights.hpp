@@ -1,10 +1,10 @@
 #pragma once
 // Internal: the weights' and bias's gradients of conv2d_max_pool computed straight from the pooled
 // gradient and the argmax (ops_conv.cpp), for a layer whose input needs no gradient (a first layer), with
-// few taps, stride 1, no dilation and no padding. The general path writes the convolution's whole output gradient
-// (zeros, and each window's gradient at its argmax) and has oneDNN or a GEMM multiply all of it, zeros
-// included; here each window multiplies its gradient by the inputs under its argmax only: one product per
-// tap and window instead of four, and no output gradient in memory.
+// few taps, stride 1, no dilation and no padding. The general path writes the convolution's whole output
+// gradient (zeros, and each window's gradient at its argmax) and has oneDNN or a GEMM multiply all of it,
+// zeros included; here each window multiplies its gradient by the inputs under its argmax only: one
+// product per tap and window instead of four, and no output gradient in memory.
 //
 // Lanes are 16 windows side by side along a row of windows. Each image's columns are split into even and
 // odd ones (split_columns), so that what a lane reads lies next to what its neighbours read, and gathered
@@ -83,8 +83,8 @@ template <class T>
 
 /// What each chunk of windows reads, in the order the filters' passes read it: for window row i and
 /// chunk k (windows 16k, 16k + 1, …), channel c, row 2i + r (r ≤ kh) and column shift s (s ≤ kw), the
-/// 16 lanes at gathered + (((i·chunks + k)·c + c)·(kh + 1) + r)·(kw + 1) + s)·16: lane l holds column
-/// 2(16k + l) + s. Lanes past the row hold 0.
+/// 16 lanes at gathered + ((((i·chunks + k)·C + c)·(kh + 1) + r)·(kw + 1) + s)·16 (C = g.c): lane l holds
+/// column 2(16k + l) + s. Lanes past the row hold 0.
 [[gnu::always_inline]] inline void gather_windows(const window_geometry& g, const float* split, float* gathered) {
     constexpr std::size_t L = window_lanes;
     const std::size_t wo2 = g.wo / 2;
