@@ -429,8 +429,8 @@ std::vector<Tensor> first_layer_gradients(const Tensor& x, const Tensor& w, cons
 // (pooled_weights.hpp), against float64 sums of every output gradient times its inputs, within the bound
 // of a float32 sum of N·Ho·Wo terms rounded once (error_bounds.hpp): with 3×3 kernels on one channel
 // (sizes known at compile time) and other kernels and channel counts; rows of windows shorter and longer
-// than 16 (the lanes), odd rows and columns outside every window, padding. The bits do not depend on the
-// thread count or the instruction-set level.
+// than 16 (the lanes), odd rows and columns outside every window. The bits do not depend on the thread
+// count or the instruction-set level.
 BOOST_AUTO_TEST_CASE(first_layer_weights_from_the_windows) {
     const std::vector<std::pair<Shape, Shape>> cases{{{6, 1, 28, 28}, {5, 1, 3, 3}},
                                                      {{3, 3, 20, 37}, {4, 3, 3, 3}},
