@@ -392,7 +392,7 @@ void forward(const geometry& g, const Tensor& x, const T* w, const float* bias, 
 /// pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1): one order at every level (a vector of AVX-512, two of AVX2,
 /// four of SSE). A single running sum is a chain of dependent additions, one per 4 cycles, that no
 /// level can vectorize.
-constexpr std::size_t sum_lanes = 16;
+constexpr std::size_t sum_lanes = detail::vector_lanes;
 
 /// The float32 sum of value(i) for i in [0, n), in the order above.
 template <class Value>
@@ -402,9 +402,7 @@ template <class Value>
     for (; i + sum_lanes <= n; i += sum_lanes)
         for (std::size_t lane = 0; lane < sum_lanes; ++lane) sums[lane] += value(i + lane);
     for (std::size_t lane = 0; i + lane < n; ++lane) sums[lane] += value(i + lane);
-    for (std::size_t half = sum_lanes / 2; half > 0; half /= 2)
-        for (std::size_t lane = 0; lane < half; ++lane) sums[lane] += sums[lane + half];
-    return sums[0];
+    return detail::fold_lanes(sums);
 }
 
 /// dst[0, n) = dy[0, n), times the ReLU's derivative (relu_gradient: exact, dy or a zero) when `masked`,
@@ -939,7 +937,7 @@ bool windows_pass_applies(const geometry& g, const conv_grads& d) {
 /// output gradient, zeros included, as the two ops would (0 · ∞ is NaN).
 bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<float>& source, conv_grads d) {
     const detail::window_geometry wg{g.c, g.h, g.w, g.o, g.kh, g.kw, g.ho, g.wo};
-    constexpr std::size_t L = detail::window_lanes;
+    constexpr std::size_t L = detail::vector_lanes;
     const std::size_t taps = wg.taps(), per_image = g.o * taps + g.o, image = g.c * g.h * g.w, out = g.o * wg.windows();
     std::vector<float> sums(g.n * per_image);
     std::vector<unsigned char> finite(g.n);

@@ -3,6 +3,8 @@
 // max_pool2d (ops_pool.cpp) and the convolution that pools its own output (conv2d_max_pool, ops_conv.cpp).
 // Run them under detail::vectorized: their fixed-width loops are written for the vectorizer.
 
+#include <mixprec/autodiff/detail/lanes.hpp>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -78,10 +80,6 @@ inline void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std
         argmax_2x2_run<n>(r0 + 2 * j, r1 + 2 * j, base + static_cast<std::uint32_t>(2 * j), w, out + j, max + j);
     });
 }
-
-/// Sixteen rows of sixteen 32-bit elements, as GCC's generic vectors (one AVX-512 register each, two
-/// AVX2 or four SSE registers at the lower levels).
-using u32x16 = std::uint32_t __attribute__((vector_size(64)));
 
 /// The 16-element index table whose element i is f(i), for __builtin_shufflevector.
 template <class F>

@@ -13,32 +13,17 @@
 // -ffp-contract=off), so the bits are those of every instruction-set level. Run the kernels under
 // detail::vectorized.
 
+#include <mixprec/autodiff/detail/lanes.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-// The helpers below pass 64-byte vectors by value, which GCC warns changes the ABI below AVX-512: they
-// are always inlined, so no call crosses an ABI.
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wpsabi" // lanes.hpp's vectors by value, always inlined
 
 namespace mixprec::autodiff::detail {
-
-/// Windows per vector of work (one AVX-512 vector of float32).
-constexpr std::size_t window_lanes = 16;
-
-/// 16 lanes as GCC's generic vectors (one AVX-512 register, two AVX2 or four SSE ones).
-using f32x16 = float __attribute__((vector_size(64)));
-using u32x16 = std::uint32_t __attribute__((vector_size(64)));
-using i32x16 = std::int32_t __attribute__((vector_size(64))); // lane masks: all ones or 0
-
-[[gnu::always_inline]] inline f32x16 load_lanes(const float* p) {
-    f32x16 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-[[gnu::always_inline]] inline void store_lanes(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
 /// One image's geometry: c channels of h × w, o filters of kh × kw, the convolution's output ho × wo
 /// (stride 1, no dilation, no padding), pooled in (ho / 2) × (wo / 2) windows.
@@ -46,14 +31,14 @@ struct window_geometry {
     std::size_t c, h, w, o, kh, kw, ho, wo;
     std::size_t taps() const { return c * kh * kw; }
     std::size_t windows() const { return (ho / 2) * (wo / 2); }
-    std::size_t chunks() const { return (wo / 2 + window_lanes - 1) / window_lanes; } ///< of 16 windows a row
+    std::size_t chunks() const { return (wo / 2 + vector_lanes - 1) / vector_lanes; } ///< of 16 windows a row
     /// Elements of each half row (even or odd columns) in split_columns' layout: every chunk's lanes and
     /// the kw / 2 + 1 columns after them.
-    std::size_t span() const { return chunks() * window_lanes + kw / 2 + 1; }
+    std::size_t span() const { return chunks() * vector_lanes + kw / 2 + 1; }
     std::size_t split_size() const { return c * h * 2 * span(); }
     /// Vectors a chunk of windows reads: for each channel, kh + 1 rows by kw + 1 column shifts.
     std::size_t inputs() const { return c * (kh + 1) * (kw + 1); }
-    std::size_t gathered_size() const { return (ho / 2) * chunks() * inputs() * window_lanes; }
+    std::size_t gathered_size() const { return (ho / 2) * chunks() * inputs() * vector_lanes; }
 };
 
 /// Where the even (parity 0) or odd (parity 1) columns of row r of channel c start in split.
@@ -86,7 +71,7 @@ template <class T>
 /// 16 lanes at gathered + ((((i·chunks + k)·C + c)·(kh + 1) + r)·(kw + 1) + s)·16 (C = g.c): lane l holds
 /// column 2(16k + l) + s. Lanes past the row hold 0.
 [[gnu::always_inline]] inline void gather_windows(const window_geometry& g, const float* split, float* gathered) {
-    constexpr std::size_t L = window_lanes;
+    constexpr std::size_t L = vector_lanes;
     const std::size_t wo2 = g.wo / 2;
     for (std::size_t i = 0; i < g.ho / 2; ++i)
         for (std::size_t k0 = 0; k0 < wo2; k0 += L) {
@@ -111,7 +96,7 @@ template <class T>
 template <std::size_t C, std::size_t KH, std::size_t KW>
 [[gnu::always_inline]] inline void pooled_weights(const window_geometry& g, const float* gathered, const float* d,
                                                   const std::uint32_t* idx, std::uint32_t base, float* dw, float* db) {
-    constexpr std::size_t L = window_lanes, fixed = C * KH * KW;
+    constexpr std::size_t L = vector_lanes, fixed = C * KH * KW;
     const std::size_t c_n = C ? C : g.c, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw, taps = c_n * kh * kw;
     const std::size_t row = kw + 1, channel = (kh + 1) * row, inputs = c_n * channel;
     const std::size_t ho2 = g.ho / 2, wo2 = g.wo / 2, plane = g.ho * g.wo, size = g.o * ho2 * wo2;
@@ -167,18 +152,6 @@ template <std::size_t C, std::size_t KH, std::size_t KW>
             for (std::size_t t = 0; t < taps; ++t) store_lanes(out + t * L, fixed_sums[t]);
         store_lanes(db + o * L, bias);
     }
-}
-
-/// The sum of 16 lanes, folded pairwise (lane l + 8 into lane l, then l + 4, l + 2, l + 1): one order at
-/// every level.
-[[gnu::always_inline]] inline float fold_lanes(const float* lanes) {
-    using f32x8 = float __attribute__((vector_size(32)));
-    using f32x4 = float __attribute__((vector_size(16)));
-    const f32x16 v = load_lanes(lanes);
-    const f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                    __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    const f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
 } // namespace mixprec::autodiff::detail
