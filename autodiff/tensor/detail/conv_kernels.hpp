@@ -32,7 +32,9 @@ void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forw
 /// onednn_conv_forward with y handed over image by image instead of written whole: image(n, v, block) gets
 /// image n's float32 results in v, to use and overwrite, laid out by block (as the primitive wrote them,
 /// when it wrote a channel-blocked layout: no reorder). Called once for each image, on the threads of a
-/// team.
+/// team. Where oneDNN can, each thread runs the primitive on its own images a few at a time and hands
+/// them over while their results are in its cache (the same kernel, so the same bits as one run on the
+/// whole batch).
 using conv_image_sink = std::function<void(std::size_t n, float* v, std::size_t block)>;
 std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
                                          const conv_image_sink& image);
