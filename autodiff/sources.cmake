@@ -30,6 +30,7 @@ target_sources(mixprec PRIVATE
   autodiff/ops_softmax.cpp
   autodiff/ops_attention.cpp
   autodiff/ops_conv.cpp
+  autodiff/ops_conv_pool.cpp
   autodiff/conv_backend.cpp
   autodiff/tensor/conv_onednn.cpp
   autodiff/ops_pool.cpp

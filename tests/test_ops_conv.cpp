@@ -305,7 +305,7 @@ BOOST_AUTO_TEST_CASE(conv2d_relu_is_relu_of_conv2d_bit_for_bit) {
     }
 }
 
-/// Whether conv2d_max_pool sums a first layer's dw and dbias from the windows (ops_conv.cpp): a few taps,
+/// Whether conv2d_max_pool sums a first layer's dw and dbias from the windows (ops_conv_pool.cpp): a few taps,
 /// stride 1, no dilation, no padding.
 bool windows_pass(const Shape& w, const Conv2dOptions& o) {
     return w[1] * w[2] * w[3] <= 27 && o.stride == std::array<std::size_t, 2>{1, 1} &&

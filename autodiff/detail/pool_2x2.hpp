@@ -1,6 +1,6 @@
 #pragma once
 // Internal: the kernels of 2×2 max pooling with stride 2 and no padding (the common case), shared by
-// max_pool2d (ops_pool.cpp) and the convolution that pools its own output (conv2d_max_pool, ops_conv.cpp).
+// max_pool2d (ops_pool.cpp) and the convolution that pools its own output (conv2d_max_pool, ops_conv_pool.cpp).
 // Run them under detail::vectorized: their fixed-width loops are written for the vectorizer.
 
 #include <mixprec/autodiff/detail/lanes.hpp>

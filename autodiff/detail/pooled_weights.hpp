@@ -1,6 +1,6 @@
 #pragma once
 // Internal: the weights' and bias's gradients of conv2d_max_pool computed straight from the pooled
-// gradient and the argmax (ops_conv.cpp), for a layer whose input needs no gradient (a first layer), with
+// gradient and the argmax (ops_conv_pool.cpp), for a layer whose input needs no gradient (a first layer), with
 // few taps, stride 1, no dilation and no padding. The general path writes the convolution's whole output
 // gradient (zeros, and each window's gradient at its argmax) and has oneDNN or a GEMM multiply all of it,
 // zeros included; here each window multiplies its gradient by the inputs under its argmax only: one

@@ -1,6 +1,7 @@
 #pragma once
-// Internal: conv2d through oneDNN's convolution primitives (conv_onednn.cpp), called by conv2d
-// (ops_conv.cpp) for ConvBackend::onednn, and for bfloat16 at the avx512_bf16 level by default.
+// Internal: conv2d through oneDNN's convolution primitives (conv_onednn.cpp), called by the convolution
+// ops (ops_conv.cpp, ops_conv_pool.cpp) for ConvBackend::onednn, and for bfloat16 at the avx512_bf16 level
+// by default.
 
 #include <cstddef>
 #include <cstdint>
