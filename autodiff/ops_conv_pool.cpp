@@ -292,6 +292,31 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
     return true;
 }
 
+/// conv2d_max_pool's backward pass on a oneDNN route (r) into d: dy made image by image from `source`, and
+/// dx rounded image by image as oneDNN hands it over (d.dx_alpha is 1 here).
+template <class Source>
+void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const Tensor& w, const Source& source,
+                            std::uint64_t forward_run, conv_grads d) {
+    const std::size_t image = g.c * g.h * g.w;
+    std::optional<RoundingBatch> rounding;
+    if (d.dx && d.dx->dtype() != Dtype::float32) rounding.emplace(*d.dx);
+    const detail::conv_image_sink dx_image = [&](std::size_t n, float* v, std::size_t) {
+        if (rounding) return commit(*d.dx, n * image, v, image, *rounding);
+        std::copy_n(v, image, static_cast<float*>(d.dx->raw()) + n * image);
+    };
+    detail::onednn_conv_backward_images(
+        onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_run, onednn_operand(w, r, widened_w),
+        [&](std::size_t n, void* dst, std::size_t block) {
+            const auto put = [&]<class T>(T) {
+                if (block) return source(T{}).put_blocked(n, static_cast<T*>(dst), block);
+                source(T{}).put(n, static_cast<T*>(dst), g.l(), nullptr);
+            };
+            if (r == route::onednn_bf16) return put(bfloat16{});
+            put(0.0f);
+        },
+        d.dx ? &dx_image : nullptr, d.dw, d.db);
+}
+
 /// conv2d_max_pool's backward pass on route r for the pooled outputs' gradient dy: {dx (when the tape
 /// wants it), dw, and dbias when `bias`}.
 Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Tensor& w, bool bias, const Tensor& dy,
@@ -303,20 +328,7 @@ Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Ten
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
-        onednn_backward(g, d, [&](float* dx) {
-            detail::onednn_conv_backward_images(
-                onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_result.onednn_run,
-                onednn_operand(w, r, widened_w),
-                [&](std::size_t n, void* dst, std::size_t block) {
-                    const auto put = [&]<class T>(T) {
-                        if (block) return source(T{}).put_blocked(n, static_cast<T*>(dst), block);
-                        source(T{}).put(n, static_cast<T*>(dst), g.l(), nullptr);
-                    };
-                    if (r == route::onednn_bf16) return put(bfloat16{});
-                    put(0.0f);
-                },
-                dx, d.dw, d.db);
-        });
+        pooled_backward_onednn(g, r, x, w, source, forward_result.onednn_run, d);
         break;
     case route::im2col_bf16:
         im2col_backward(g, x, w.data<bfloat16>().data(), source(bfloat16{}), d, false);

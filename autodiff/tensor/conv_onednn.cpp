@@ -152,10 +152,14 @@ float* scratch(std::size_t slot, std::size_t bytes) {
     return pool[slot].data() + (align - at / sizeof(float) % align) % align;
 }
 
-/// A forward primitive on part of a batch, run by several threads at once: each hands it a scratchpad of
+/// The passes that run on part of a batch at a time: their results for an image depend on that image
+/// alone (the weights pass sums over the batch).
+enum class chunk_pass { forward, backward_data };
+
+/// A pass's primitive on part of a batch, run by several threads at once: each hands it a scratchpad of
 /// its own.
 struct chunk_primitive {
-    dnnl::convolution_forward run;
+    dnnl::primitive run;
     dnnl::memory::desc scratchpad;
 };
 
@@ -172,14 +176,16 @@ struct conv_plan {
     dnnl::convolution_backward_weights bwd_weights;
     std::optional<operand> ddy, dw_w, ddx, wx, wdy, wdw;
 
-    // The per-image reorders of the forward's results and of a backward pass's dy, made on first use.
-    std::optional<image_reorder> y_image, dy_image;
+    std::string bwd_data_impl{}; // oneDNN's name for bwd_data's implementation
+
+    // The per-image reorders of the forward's results, of a backward pass's dy and of dx, made on first use.
+    std::optional<image_reorder> y_image{}, dy_image{}, dx_image{};
 
     // The run whose x fx's buffer holds, reordered (0: none).
     std::uint64_t x_run = 0;
 
-    // The forward pass over a few images at a time, in the batch's layouts (chunk_forward), by count.
-    std::map<std::size_t, std::optional<chunk_primitive>> chunks{};
+    // The passes over a few images at a time, in the batch's layouts (chunk_primitive_for), by pass and count.
+    std::map<std::pair<chunk_pass, std::size_t>, std::optional<chunk_primitive>> chunks{};
 };
 
 /// A number for each forward run in the process, from 1.
@@ -257,6 +263,7 @@ void make_backward(conv_plan& p, const conv_shape& s) {
     p.wx.emplace(operand_plain(s, d.x, tag::nchw), bwpd.src_desc(), true);
     p.wdy.emplace(operand_plain(s, d.y, tag::nchw), bwpd.diff_dst_desc(), true);
     p.wdw.emplace(d.w, bwpd.diff_weights_desc(), false);
+    p.bwd_data_impl = bdpd.impl_info_str();
     p.backward_ready = true;
 }
 
@@ -313,16 +320,18 @@ dnnl::memory weights_pass_x(conv_plan& p, const void* x, std::uint64_t forward_r
     return p.wx->in(x);
 }
 
+/// dx (plain, float32) from dy and the weights in the data pass's layouts, in one run on the whole batch.
+void data_pass(conv_plan& p, const dnnl::memory& dy, const dnnl::memory& ws, float* dx) {
+    p.bwd_data.execute(stream(),
+                       {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, ws}, {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
+    p.ddx->flush(dx);
+}
+
 /// The backward passes from dy in the primitives' layouts: dy_data for the data pass (only when dx is
 /// wanted), dy_weights for the weights pass.
 void run_backward(conv_plan& p, const void* x, std::uint64_t forward_run, const void* w, const dnnl::memory& dy_data,
                   const dnnl::memory& dy_weights, float* dx, float* dw, float* db) {
-    if (dx) {
-        p.bwd_data.execute(
-            stream(),
-            {{DNNL_ARG_DIFF_DST, dy_data}, {DNNL_ARG_WEIGHTS, p.dw_w->in(w)}, {DNNL_ARG_DIFF_SRC, p.ddx->out(dx)}});
-        p.ddx->flush(dx);
-    }
+    if (dx) data_pass(p, dy_data, p.dw_w->in(w), dx);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, weights_pass_x(p, x, forward_run)},
                                                {DNNL_ARG_DIFF_DST, dy_weights},
                                                {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
@@ -338,26 +347,36 @@ conv_plan& backward_plan(const conv_shape& s, bool has_bias) {
     return p;
 }
 
-/// The forward primitive for `images` images of plan p's batch, on the batch's own layouts (so that it
+/// The primitive of `pass` for `images` images of plan p's batch, on the batch's own layouts (so that it
 /// runs on a slice of them), when oneDNN gives it the batch primitive's implementation (the same kernel:
 /// the same bits for every image); made on first use.
-const std::optional<chunk_primitive>& chunk_forward(conv_plan& p, const conv_shape& s, std::size_t images) {
-    auto it = p.chunks.find(images);
-    if (it != p.chunks.end()) return it->second;
+const std::optional<chunk_primitive>& chunk_primitive_for(conv_plan& p, const conv_shape& s, chunk_pass pass,
+                                                          std::size_t images) {
+    const auto key = std::pair{pass, images};
+    if (auto it = p.chunks.find(key); it != p.chunks.end()) return it->second;
     std::optional<chunk_primitive> made;
     const conv_descs d = descs(s, p.has_bias);
+    dnnl::primitive_attr attr; // each thread hands over its own scratchpad
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     try {
         const dnnl::convolution_forward::desc fd(
             dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, first_images(p.fx->inner, images),
             p.fw->inner, d.b, first_images(p.fy->inner, images), d.strides, d.dilates, d.pad_l, d.pad_r);
-        dnnl::primitive_attr attr; // each thread hands over its own scratchpad
-        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        const dnnl::convolution_forward::primitive_desc pd(fd, attr, engine());
-        if (std::string(pd.impl_info_str()) == p.fwd_pd.impl_info_str())
-            made.emplace(chunk_primitive{dnnl::convolution_forward(pd), pd.scratchpad_desc()});
+        const dnnl::convolution_forward::primitive_desc fpd(fd, attr, engine());
+        if (pass == chunk_pass::forward) {
+            if (std::string(fpd.impl_info_str()) == p.fwd_pd.impl_info_str())
+                made.emplace(chunk_primitive{dnnl::convolution_forward(fpd), fpd.scratchpad_desc()});
+        } else {
+            const dnnl::convolution_backward_data::desc bd(
+                dnnl::algorithm::convolution_direct, first_images(p.ddx->inner, images), p.dw_w->inner,
+                first_images(p.ddy->inner, images), d.strides, d.dilates, d.pad_l, d.pad_r);
+            const dnnl::convolution_backward_data::primitive_desc bpd(bd, attr, engine(), fpd);
+            if (bpd.impl_info_str() == p.bwd_data_impl)
+                made.emplace(chunk_primitive{dnnl::convolution_backward_data(bpd), bpd.scratchpad_desc()});
+        }
     } catch (const dnnl::error&) { // no implementation for these layouts: the whole batch at once
     }
-    return p.chunks.emplace(images, std::move(made)).first->second;
+    return p.chunks.emplace(key, std::move(made)).first->second;
 }
 
 /// The most float32 results a chunk of images writes: within a core's L2 (1 MiB on Zen 4, 2 MiB on
@@ -365,55 +384,79 @@ const std::optional<chunk_primitive>& chunk_forward(conv_plan& p, const conv_sha
 /// gave the cnn's bfloat16 step the same time, 512 KiB and the whole batch (11 MiB) a longer one.
 constexpr std::size_t chunk_bytes = 256 * 1024;
 
-/// How many images the forward pass of plan p runs at a time (whole chunks of that many, then one at a
-/// time), or 0 when it cannot run on part of the batch: x and y in layouts that keep images whole, and
-/// chunk_forward()'s primitives for that many images and for one.
-std::size_t chunk_images(conv_plan& p, const conv_shape& s) {
-    const std::size_t y_step = image_bytes(p.fy->inner);
-    if (image_bytes(p.fx->inner) == 0 || y_step == 0 || image_bytes(p.fy->user) == 0) return 0;
-    const std::size_t k = std::clamp<std::size_t>(chunk_bytes / y_step, 1, s.n);
-    return chunk_forward(p, s, k) && chunk_forward(p, s, 1) ? k : 0;
+/// What a chunk pass reads image by image (x, or dy) and writes (y, or dx).
+const operand& chunk_input(const conv_plan& p, chunk_pass pass) { return pass == chunk_pass::forward ? *p.fx : *p.ddy; }
+const operand& chunk_output(const conv_plan& p, chunk_pass pass) {
+    return pass == chunk_pass::forward ? *p.fy : *p.ddx;
 }
 
-/// onednn_conv_forward_images a chunk of k images at a time, each thread running the primitive on its own
-/// images (serially: oneDNN runs so inside a parallel region) and handing them over while their results
-/// are in its cache.
-std::uint64_t forward_in_chunks(conv_plan& p, const conv_shape& s, const void* x, const void* w, const float* bias,
-                                std::size_t k, const conv_image_sink& image) {
-    const dnnl::memory xs = p.fx->in(x), ws = p.fw->in(w);
-    stream().wait();
-    p.x_run = p.fx->to_inner ? next_run() : 0;
-    const std::size_t x_step = image_bytes(p.fx->inner), y_step = image_bytes(p.fy->inner),
-                      block = channel_block(p.fy->inner);
-    const image_reorder* plain = // to the plain layout, when the primitive writes another that is not blocked
-        block || !p.fy->to_user ? nullptr : &cached(p.y_image, p.fy->inner, p.fy->user);
+/// How many images `pass` of plan p runs at a time (whole chunks of that many, then one at a time), or 0
+/// when it cannot run on part of the batch: its input and output in layouts that keep images whole, and
+/// chunk_primitive_for()'s primitives for that many images and for one.
+std::size_t chunk_images(conv_plan& p, const conv_shape& s, chunk_pass pass) {
+    const operand &in = chunk_input(p, pass), &out = chunk_output(p, pass);
+    const std::size_t out_step = image_bytes(out.inner);
+    if (image_bytes(in.inner) == 0 || out_step == 0 || image_bytes(out.user) == 0) return 0;
+    const std::size_t k = std::clamp<std::size_t>(chunk_bytes / out_step, 1, s.n);
+    return chunk_primitive_for(p, s, pass, k) && chunk_primitive_for(p, s, pass, 1) ? k : 0;
+}
+
+/// Runs `pass` on the batch k images at a time, each thread on its own images (serially: oneDNN runs so
+/// inside a parallel region), reading `in` (the pass's input in its primitive's layout) and the weights
+/// `ws` (and the bias, forward), and hands each image's float32 results over while they are in the
+/// thread's cache: image(n, v, block), as the primitive wrote them when that is channel-blocked and the
+/// pass is the forward one, else in the plain layout.
+void run_in_chunks(conv_plan& p, const conv_shape& s, chunk_pass pass, std::size_t k, const dnnl::memory& in,
+                   const dnnl::memory& ws, const float* bias, const conv_image_sink& image) {
+    const operand &from = chunk_input(p, pass), &to = chunk_output(p, pass);
+    const bool forward = pass == chunk_pass::forward;
+    const std::size_t in_step = image_bytes(from.inner), out_step = image_bytes(to.inner),
+                      block = forward ? channel_block(to.inner) : 0;
+    const image_reorder* plain = // to the plain layout, when the results are not handed over as written
+        block || !to.to_user ? nullptr : &cached(forward ? p.y_image : p.dx_image, to.inner, to.user);
     split(s.n, 1, [&](std::size_t first, std::size_t end) {
         for (std::size_t n = first, m; n < end; n += m) {
             m = end - n >= k ? k : 1;
-            float* v = scratch(0, m * y_step);
+            float* v = scratch(0, m * out_step);
             std::unordered_map<int, dnnl::memory> args{
-                {DNNL_ARG_SRC,
-                 dnnl::memory(first_images(p.fx->inner, m), engine(), image_at(xs.get_data_handle(), n, x_step))},
+                {forward ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST,
+                 dnnl::memory(first_images(from.inner, m), engine(), image_at(in.get_data_handle(), n, in_step))},
                 {DNNL_ARG_WEIGHTS, ws},
-                {DNNL_ARG_DST, dnnl::memory(first_images(p.fy->inner, m), engine(), v)}};
+                {forward ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, dnnl::memory(first_images(to.inner, m), engine(), v)}};
             if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, engine(), const_cast<float*>(bias)));
-            const chunk_primitive& chunk = *p.chunks.at(m);
+            const chunk_primitive& chunk = *p.chunks.at({pass, m});
             args.emplace(DNNL_ARG_SCRATCHPAD,
                          dnnl::memory(chunk.scratchpad, engine(), scratch(2, chunk.scratchpad.get_size())));
             chunk.run.execute(stream(), args);
             for (std::size_t i = 0; i < m; ++i) {
-                float* results = reinterpret_cast<float*>(image_at(v, i, y_step));
+                float* results = reinterpret_cast<float*>(image_at(v, i, out_step));
                 if (!plain) {
                     image(n + i, results, block);
                     continue;
                 }
-                float* u = scratch(1, image_bytes(p.fy->user));
+                float* u = scratch(1, image_bytes(to.user));
                 (*plain)(results, u);
                 image(n + i, u, 0);
             }
         }
     });
-    return p.x_run;
+}
+
+/// dx from dy (in the data pass's layout, in memory dy), handed over image by image in the plain layout:
+/// in chunks where oneDNN can, else from one run on the whole batch.
+void input_gradient(conv_plan& p, const conv_shape& s, const void* w, const dnnl::memory& dy,
+                    const conv_image_sink& dx_image) {
+    const dnnl::memory ws = p.dw_w->in(w);
+    if (const std::size_t k = chunk_images(p, s, chunk_pass::backward_data)) {
+        stream().wait();
+        return run_in_chunks(p, s, chunk_pass::backward_data, k, dy, ws, nullptr, dx_image);
+    }
+    const std::size_t per_image = s.c * s.h * s.w;
+    thread_local std::vector<float> whole;
+    whole.resize(s.n * per_image);
+    data_pass(p, dy, ws, whole.data());
+    stream().wait();
+    each_image(s.n, per_image, [&](std::size_t n) { dx_image(n, whole.data() + n * per_image, 0); });
 }
 
 } // namespace
@@ -429,7 +472,13 @@ std::uint64_t onednn_conv_forward(const conv_shape& s, const void* x, const void
 std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, const void* w, const float* bias,
                                          const conv_image_sink& image) {
     conv_plan& p = plan(s, bias != nullptr);
-    if (const std::size_t k = chunk_images(p, s)) return forward_in_chunks(p, s, x, w, bias, k, image);
+    if (const std::size_t k = chunk_images(p, s, chunk_pass::forward)) {
+        const dnnl::memory xs = p.fx->in(x), ws = p.fw->in(w);
+        stream().wait();
+        p.x_run = p.fx->to_inner ? next_run() : 0;
+        run_in_chunks(p, s, chunk_pass::forward, k, xs, ws, bias, image);
+        return p.x_run;
+    }
     const std::size_t per_image = s.o * s.ho * s.wo, bytes = per_image * sizeof(float);
     if (p.fy->to_user && by_image(p.fy->inner, p.fy->user)) {
         const std::uint64_t run = run_forward(p, x, w, bias, nullptr);
@@ -464,13 +513,14 @@ void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forw
 }
 
 void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
-                                 const conv_image_source& dy_image, float* dx, float* dw, float* db) {
+                                 const conv_image_source& dy_image, const conv_image_sink* dx_image, float* dw,
+                                 float* db) {
     conv_plan& p = backward_plan(s, db != nullptr);
     const std::size_t per_image = s.o * s.ho * s.wo,
                       bytes = per_image * dnnl::memory::data_type_size(p.wdy->user.data_type());
     // dy made in the weights pass's layout, when the data pass wants the same one (or is not run)
     operand& target = *p.wdy;
-    if (target.to_inner && (!dx || p.ddy->inner == target.inner) && by_image(target.user, target.inner)) {
+    if (target.to_inner && (!dx_image || p.ddy->inner == target.inner) && by_image(target.user, target.inner)) {
         void* to = target.buffer.get_data_handle();
         if (const std::size_t block = channel_block(target.inner)) { // made in place
             const std::size_t step = image_bytes(target.inner);
@@ -483,13 +533,15 @@ void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64
                 r(v, image_at(to, n, r.to_step));
             });
         }
-        run_backward(p, x, forward_run, w, target.buffer, target.buffer, dx, dw, db);
+        if (dx_image) input_gradient(p, s, w, target.buffer, *dx_image);
+        run_backward(p, x, forward_run, w, dnnl::memory(), target.buffer, nullptr, dw, db);
         return;
     }
     thread_local std::vector<std::byte> whole;
     whole.resize(s.n * bytes);
     each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, whole.data() + n * bytes, 0); });
-    onednn_conv_backward(s, x, forward_run, w, whole.data(), dx, dw, db);
+    if (dx_image) input_gradient(p, s, w, p.ddy->in(whole.data()), *dx_image);
+    run_backward(p, x, forward_run, w, dnnl::memory(), p.wdy->in(whole.data()), nullptr, dw, db);
 }
 
 } // namespace mixprec::autodiff::detail
