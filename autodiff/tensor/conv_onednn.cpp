@@ -301,6 +301,13 @@ conv_plan& plan(const conv_shape& s, bool has_bias) {
     return it->second;
 }
 
+/// A forward run has just read x through fx: the run's number when it reordered x into fx's buffer (for
+/// the weights pass to read there), else 0; kept in p.x_run.
+std::uint64_t note_forward_run(conv_plan& p) {
+    p.x_run = p.fx->to_inner ? next_run() : 0;
+    return p.x_run;
+}
+
 /// Runs the forward primitive: its results go to y, or to the plan's buffer when the primitive wants
 /// another layout (p.fy->flush(y) then reorders them into y). Returns the run's number when x was
 /// reordered into the plan's buffer, else 0.
@@ -309,8 +316,7 @@ std::uint64_t run_forward(conv_plan& p, const void* x, const void* w, const floa
         {DNNL_ARG_SRC, p.fx->in(x)}, {DNNL_ARG_WEIGHTS, p.fw->in(w)}, {DNNL_ARG_DST, p.fy->out(y)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias_md, engine(), const_cast<float*>(bias)));
     p.fwd.execute(stream(), args);
-    p.x_run = p.fx->to_inner ? next_run() : 0;
-    return p.x_run;
+    return note_forward_run(p);
 }
 
 /// x in the weights pass's layout: the forward's reordered x when that run (forward_run) reordered it
@@ -475,9 +481,9 @@ std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, con
     if (const std::size_t k = chunk_images(p, s, chunk_pass::forward)) {
         const dnnl::memory xs = p.fx->in(x), ws = p.fw->in(w);
         stream().wait();
-        p.x_run = p.fx->to_inner ? next_run() : 0;
+        const std::uint64_t run = note_forward_run(p);
         run_in_chunks(p, s, chunk_pass::forward, k, xs, ws, bias, image);
-        return p.x_run;
+        return run;
     }
     const std::size_t per_image = s.o * s.ho * s.wo, bytes = per_image * sizeof(float);
     if (p.fy->to_user && by_image(p.fy->inner, p.fy->user)) {
