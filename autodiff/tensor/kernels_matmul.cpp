@@ -75,25 +75,31 @@ std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) 
            (o.transpose_b ? "ᵀ" : "");
 }
 
+/// `scratch`'s storage for at least n floats. It grows and never shrinks: resize() down and up again would
+/// zero the regrown part on every call (products of several shapes share a thread's buffers).
+float* at_least(std::vector<float>& scratch, std::size_t n) {
+    if (scratch.size() < n) scratch.resize(n);
+    return scratch.data();
+}
+
 /// Widens a tensor into a reusable float32 buffer (no copy for float32), on every thread the product
 /// will run on.
 const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
-    scratch.resize(t.size());
+    float* wide = at_least(scratch, t.size());
     const auto* bytes = static_cast<const std::byte*>(t.raw());
     const std::size_t width = size_of(t.dtype());
     detail::split(t.size(), std::size_t{1} << 14, [&](std::size_t begin, std::size_t end) {
-        widen(bytes + begin * width, t.dtype(), scratch.data() + begin, end - begin);
+        widen(bytes + begin * width, t.dtype(), wide + begin, end - begin);
     });
-    return scratch.data();
+    return wide;
 }
 
 /// Where the float32 product of `count` elements of out, from `offset` on, is written: out's own storage
 /// when it is float32, else `scratch` (finish_rows rounds it into out).
 float* float32_product(Tensor& out, std::size_t offset, std::size_t count, std::vector<float>& scratch) {
     if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + offset;
-    scratch.resize(count);
-    return scratch.data();
+    return at_least(scratch, count);
 }
 
 /// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): multiplied by alpha, the
@@ -119,9 +125,9 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
     const std::size_t rows = r1 - r0, width = size_of(a.dtype());
     const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
     if (a.dtype() != Dtype::float32) {
-        wa.resize(rows * s.k);
-        widen(static_cast<const std::byte*>(a.raw()) + r0 * s.k * width, a.dtype(), wa.data(), wa.size());
-        pa = wa.data();
+        float* wide = at_least(wa, rows * s.k);
+        widen(static_cast<const std::byte*>(a.raw()) + r0 * s.k * width, a.dtype(), wide, rows * s.k);
+        pa = wide;
     }
     float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
     detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c, onednn);
