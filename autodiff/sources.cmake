@@ -33,6 +33,8 @@ target_sources(mixprec PRIVATE
   autodiff/ops_conv_pool.cpp
   autodiff/conv_backend.cpp
   autodiff/tensor/conv_onednn.cpp
+  autodiff/tensor/conv_onednn_chunks.cpp
+  autodiff/tensor/conv_onednn_plan.cpp
   autodiff/ops_pool.cpp
   autodiff/ops_nn.cpp
   autodiff/ops_loss.cpp
