@@ -9,18 +9,25 @@
 // bench/report.py leaves them out), the attention next to the same attention composed from the ops
 // (reshape, transpose, slice, scale, batched matmul, softmax), which is what it replaces where it fuses.
 //
+// At the avx512_bf16 level, the bfloat16 weights pass of the cnn's second convolution on ready buffers
+// (conv_weights_bf16.hpp: products of pairs of images) next to oneDNN's primitive for the same pass, in
+// GFLOP/s: no floor, a measure of the kernel.
+//
 // Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first>/<dtype>/<im2col|im2col_onednn|onednn> (each
 // convolution route; conv2d_first is a one-channel first layer), layer/max_pool2d/<dtype>,
 // peer/<dense|conv2d>/<sgemm|onednn>, peer/max_pool2d/copy; vit/self_attention/<dtype>,
-// vit/self_attention_ops/float32, vit/layer_norm/<dtype>.
+// vit/self_attention_ops/float32, vit/layer_norm/<dtype>; pass/conv2d_weights/bfloat16/pairs,
+// peer/conv2d_weights/onednn.
 
 #include <mixprec/mixprec.hpp>
 
+#include <mixprec/autodiff/tensor/detail/conv_weights_bf16.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <malloc.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -127,6 +134,69 @@ void bm_conv(benchmark::State& state, Dtype dtype, ConvCase shape, ConvBackend b
     }
 }
 
+#if defined(__x86_64__)
+/// The weights pass of conv_cases' "conv2d" at batch 128: x (128, 32, 13, 13) and dy (128, 64, 11, 11)
+/// bfloat16, dw (64, 32, 3, 3) and db (64) float32.
+const detail::conv_shape weights_shape{
+    128, 32, 13, 13, 64, 3, 3, 11, 11, {1, 1}, {1, 1}, {0, 0}, detail::conv_operands::bf16};
+
+double weights_pass_flops() {
+    const auto& s = weights_shape;
+    return 2.0 * double(s.n * s.o * s.ho * s.wo * s.c * s.kh * s.kw);
+}
+
+void bm_weights_pairs(benchmark::State& state) {
+    const auto& s = weights_shape;
+    const Tensor x =
+        Tensor::from_floats(Shape{s.n, s.c, s.h, s.w}, random_floats(s.n * s.c * s.h * s.w, 10), Dtype::bfloat16);
+    // dy in 16-channel blocks; the values' order does not matter to the time
+    const Tensor dy = Tensor::from_floats(Shape{s.n * s.o * s.ho * s.wo}, random_floats(s.n * s.o * s.ho * s.wo, 11),
+                                          Dtype::bfloat16);
+    std::vector<float> dw(s.o * s.c * s.kh * s.kw), db(s.o);
+    for (auto _ : state) {
+        detail::bf16_weights_pass(s, x.raw(), dy.raw(), dw.data(), db.data());
+        benchmark::DoNotOptimize(dw.data());
+    }
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(weights_pass_flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_peer_weights_onednn(benchmark::State& state) {
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    const auto& s = weights_shape;
+    const auto d = [](std::size_t v) { return static_cast<dnnl::memory::dim>(v); };
+    const dnnl::memory::dims xd{d(s.n), d(s.c), d(s.h), d(s.w)}, wd{d(s.o), d(s.c), d(s.kh), d(s.kw)},
+        yd{d(s.n), d(s.o), d(s.ho), d(s.wo)}, bd{d(s.o)};
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::stream stream(engine);
+    const dnnl::memory::desc x(xd, dt::bf16, tag::any), w(wd, dt::bf16, tag::any), y(yd, dt::f32, tag::any),
+        b(bd, dt::f32, tag::x), dy(yd, dt::bf16, tag::any), dw(wd, dt::f32, tag::any);
+    const dnnl::convolution_forward::primitive_desc forward(
+        {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x, w, b, y, {1, 1}, {0, 0}, {0, 0}},
+        engine);
+    const dnnl::convolution_backward_weights::primitive_desc pd(
+        {dnnl::algorithm::convolution_direct, x, dw, b, dy, {1, 1}, {0, 0}, {0, 0}}, engine, forward);
+    const dnnl::convolution_backward_weights pass(pd);
+    dnnl::memory xs(pd.src_desc(), engine), dys(pd.diff_dst_desc(), engine), dws(pd.diff_weights_desc(), engine),
+        dbs(pd.diff_bias_desc(), engine);
+    for (auto [m, seed] : {std::pair{&xs, 10u}, std::pair{&dys, 11u}}) { // bfloat16 values of random floats
+        const std::size_t n = m->get_desc().get_size() / 2;
+        const Tensor t = Tensor::from_floats(Shape{n}, random_floats(n, seed), Dtype::bfloat16);
+        std::memcpy(m->get_data_handle(), t.raw(), t.nbytes());
+    }
+    for (auto _ : state) {
+        pass.execute(
+            stream,
+            {{DNNL_ARG_SRC, xs}, {DNNL_ARG_DIFF_DST, dys}, {DNNL_ARG_DIFF_WEIGHTS, dws}, {DNNL_ARG_DIFF_BIAS, dbs}});
+        stream.wait();
+    }
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(weights_pass_flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetLabel(pd.impl_info_str());
+}
+#endif
+
 /// The cnn model's first pooling: 2×2 windows over (128, 32, 26, 26), forward and backward through the tape.
 const Shape pool_input{128, 32, 26, 26};
 
@@ -206,6 +276,12 @@ int main(int argc, char** argv) {
             configure(
                 benchmark::RegisterBenchmark((std::string("peer/") + name + "/onednn").c_str(), bm_peer_onednn, gemms));
     }
+#if defined(__x86_64__)
+    if (isa() >= Isa::avx512_bf16) {
+        configure(benchmark::RegisterBenchmark("pass/conv2d_weights/bfloat16/pairs", bm_weights_pairs));
+        configure(benchmark::RegisterBenchmark("peer/conv2d_weights/onednn", bm_peer_weights_onednn));
+    }
+#endif
     configure(benchmark::RegisterBenchmark("peer/max_pool2d/copy", bm_peer_copy));
     configure(benchmark::RegisterBenchmark("vit/self_attention_ops/float32", bm_peer_attention_from_ops));
     for (Dtype d : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {

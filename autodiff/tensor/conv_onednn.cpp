@@ -86,7 +86,7 @@ void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forw
                           float* dx, float* dw, float* db) {
     conv_plan& p = backward_plan(s, db != nullptr);
     const dnnl::memory for_data = dx ? p.ddy->in(dy) : dnnl::memory();
-    run_backward(p, x, forward_run, w, for_data, p.wdy->in(dy), dx, dw, db);
+    run_backward(p, s, x, forward_run, w, for_data, p.wdy->in(dy), dx, dw, db);
 }
 
 void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
@@ -111,14 +111,14 @@ void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64
             });
         }
         if (dx_image) input_gradient(p, s, w, target.buffer, *dx_image);
-        run_backward(p, x, forward_run, w, dnnl::memory(), target.buffer, nullptr, dw, db);
+        run_backward(p, s, x, forward_run, w, dnnl::memory(), target.buffer, nullptr, dw, db);
         return;
     }
     thread_local std::vector<std::byte> whole;
     whole.resize(s.n * bytes);
     each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, whole.data() + n * bytes, 0); });
     if (dx_image) input_gradient(p, s, w, p.ddy->in(whole.data()), *dx_image);
-    run_backward(p, x, forward_run, w, dnnl::memory(), p.wdy->in(whole.data()), nullptr, dw, db);
+    run_backward(p, s, x, forward_run, w, dnnl::memory(), p.wdy->in(whole.data()), nullptr, dw, db);
 }
 
 } // namespace mixprec::autodiff::detail

@@ -1,6 +1,7 @@
 // The oneDNN convolution's plans (conv_onednn_plan.hpp): per shape and thread, the primitives of the three
 // passes and each operand's layouts, and the passes run on the whole batch.
 #include <mixprec/autodiff/tensor/detail/conv_onednn_plan.hpp>
+#include <mixprec/autodiff/tensor/detail/conv_weights_bf16.hpp>
 
 #include <array>
 #include <atomic>
@@ -86,6 +87,14 @@ struct key_hash {
         return h;
     }
 };
+
+#if defined(MIXPREC_X86_KERNELS)
+/// Whether the weights pass is bf16_weights_pass (conv_weights_bf16.hpp) rather than oneDNN's: where it
+/// applies and dy, in the weights pass's layout, is in blocks of 16 channels.
+bool own_weights_pass(const conv_plan& p, const conv_shape& s) {
+    return bf16_weights_pass_applies(s) && p.wdy->inner.data_type() == dt::bf16 && channel_block(p.wdy->inner) == 16;
+}
+#endif
 
 /// x in the weights pass's layout: the forward's reordered x when that run (forward_run) reordered it
 /// into the same layout and no run has overwritten it since, else x reordered again.
@@ -246,9 +255,16 @@ void data_pass(conv_plan& p, const dnnl::memory& dy, const dnnl::memory& ws, flo
     p.ddx->flush(dx);
 }
 
-void run_backward(conv_plan& p, const void* x, std::uint64_t forward_run, const void* w, const dnnl::memory& dy_data,
-                  const dnnl::memory& dy_weights, float* dx, float* dw, float* db) {
+void run_backward(conv_plan& p, [[maybe_unused]] const conv_shape& s, const void* x, std::uint64_t forward_run,
+                  const void* w, const dnnl::memory& dy_data, const dnnl::memory& dy_weights, float* dx, float* dw,
+                  float* db) {
     if (dx) data_pass(p, dy_data, p.dw_w->in(w), dx);
+#if defined(MIXPREC_X86_KERNELS)
+    if (own_weights_pass(p, s)) {
+        stream().wait();
+        return bf16_weights_pass(s, x, dy_weights.get_data_handle(), dw, db);
+    }
+#endif
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, weights_pass_x(p, x, forward_run)},
                                                {DNNL_ARG_DIFF_DST, dy_weights},
                                                {DNNL_ARG_DIFF_WEIGHTS, p.wdw->out(dw)}};
