@@ -117,4 +117,9 @@ unsigned onednn_effective_isa() {
     return static_cast<unsigned>(dnnl::get_effective_cpu_isa());
 }
 
+bool onednn_amx() {
+    static const bool amx = onednn_effective_isa() >= static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return amx;
+}
+
 } // namespace mixprec::autodiff::detail

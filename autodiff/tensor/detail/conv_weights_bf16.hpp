@@ -14,6 +14,7 @@
 // kernels on this instruction, subnormal inputs and sums of dw count as 0. db sums dy in float32 adds.
 
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/isa.hpp>
 
 #include <cstddef>
@@ -24,13 +25,14 @@ namespace mixprec::autodiff::detail {
 constexpr std::size_t bf16_weights_block = 16;
 
 /// Whether bf16_weights_pass computes shape s's gradients: bfloat16 operands, stride 1, no dilation, no
-/// padding, an even batch, channels and filters in multiples of 16, at the avx512_bf16 level.
+/// padding, an even batch, channels and filters in multiples of 16, at the avx512_bf16 level, where oneDNN
+/// does not use AMX (whose tile products may beat vdpbf16ps; not measured: the CPUs at hand had no AMX).
 /// (Defined here, not in the kernel's file: that file is built for AVX-512 and this runs at every level.)
 inline bool bf16_weights_pass_applies(const conv_shape& s) {
-    return s.operands == conv_operands::bf16 && isa() >= Isa::avx512_bf16 && s.stride[0] == 1 && s.stride[1] == 1 &&
-           s.dilation[0] == 1 && s.dilation[1] == 1 && s.padding[0] == 0 && s.padding[1] == 0 && s.n > 0 &&
-           s.n % 2 == 0 && s.c > 0 && s.c % bf16_weights_block == 0 && s.o > 0 && s.o % bf16_weights_block == 0 &&
-           s.ho == s.h - s.kh + 1 && s.wo == s.w - s.kw + 1;
+    return s.operands == conv_operands::bf16 && isa() >= Isa::avx512_bf16 && !onednn_amx() && s.stride[0] == 1 &&
+           s.stride[1] == 1 && s.dilation[0] == 1 && s.dilation[1] == 1 && s.padding[0] == 0 && s.padding[1] == 0 &&
+           s.n > 0 && s.n % 2 == 0 && s.c > 0 && s.c % bf16_weights_block == 0 && s.o > 0 &&
+           s.o % bf16_weights_block == 0 && s.ho == s.h - s.kh + 1 && s.wo == s.w - s.kw + 1;
 }
 
 /// dw (O, C, KH, KW) and, unless null, db (O) in float32, written whole, from x (bfloat16, NCHW) and dy

@@ -32,5 +32,7 @@ void onednn_set_threads(int threads);
 
 /// The highest instruction set oneDNN dispatches to (a dnnl_cpu_isa_t), after capping it (isa.hpp).
 unsigned onednn_effective_isa();
+/// Whether oneDNN dispatches to AMX (Sapphire Rapids and later, unless capped).
+bool onednn_amx();
 
 } // namespace mixprec::autodiff::detail
