@@ -8,6 +8,7 @@
 // float32.
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_onednn_plan.hpp>
+#include <mixprec/autodiff/tensor/detail/grown.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -30,10 +31,10 @@ void input_gradient(conv_plan& p, const conv_shape& s, const void* w, const dnnl
     }
     const std::size_t per_image = s.c * s.h * s.w;
     thread_local std::vector<float> whole;
-    whole.resize(s.n * per_image);
-    data_pass(p, dy, ws, whole.data());
+    float* dx = grown(whole, s.n * per_image);
+    data_pass(p, dy, ws, dx);
     stream().wait();
-    each_image(s.n, per_image, [&](std::size_t n) { dx_image(n, whole.data() + n * per_image, 0); });
+    each_image(s.n, per_image, [&](std::size_t n) { dx_image(n, dx + n * per_image, 0); });
 }
 
 } // namespace
@@ -76,9 +77,9 @@ std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, con
         return run;
     }
     thread_local std::vector<float> whole; // the images as oneDNN wrote them, handed over in place
-    whole.resize(s.n * per_image);
-    const std::uint64_t run = onednn_conv_forward(s, x, w, bias, whole.data());
-    each_image(s.n, per_image, [&](std::size_t n) { image(n, whole.data() + n * per_image, 0); });
+    float* y = grown(whole, s.n * per_image);
+    const std::uint64_t run = onednn_conv_forward(s, x, w, bias, y);
+    each_image(s.n, per_image, [&](std::size_t n) { image(n, y + n * per_image, 0); });
     return run;
 }
 
@@ -115,10 +116,10 @@ void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64
         return;
     }
     thread_local std::vector<std::byte> whole;
-    whole.resize(s.n * bytes);
-    each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, whole.data() + n * bytes, 0); });
-    if (dx_image) input_gradient(p, s, w, p.ddy->in(whole.data()), *dx_image);
-    run_backward(p, s, x, forward_run, w, dnnl::memory(), p.wdy->in(whole.data()), nullptr, dw, db);
+    std::byte* dy = grown(whole, s.n * bytes);
+    each_image(s.n, per_image, [&](std::size_t n) { dy_image(n, dy + n * bytes, 0); });
+    if (dx_image) input_gradient(p, s, w, p.ddy->in(dy), *dx_image);
+    run_backward(p, s, x, forward_run, w, dnnl::memory(), p.wdy->in(dy), nullptr, dw, db);
 }
 
 } // namespace mixprec::autodiff::detail

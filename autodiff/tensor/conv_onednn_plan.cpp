@@ -2,6 +2,7 @@
 // passes and each operand's layouts, and the passes run on the whole batch.
 #include <mixprec/autodiff/tensor/detail/conv_onednn_plan.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_weights_bf16.hpp>
+#include <mixprec/autodiff/tensor/detail/grown.hpp>
 
 #include <array>
 #include <atomic>
@@ -177,9 +178,9 @@ float* scratch(std::size_t slot, std::size_t bytes) {
     constexpr std::size_t align = 64 / sizeof(float);
     thread_local std::array<std::vector<float>, 3> pool;
     const std::size_t n = (bytes + sizeof(float) - 1) / sizeof(float) + align;
-    if (pool[slot].size() < n) pool[slot].resize(n);
-    const auto at = reinterpret_cast<std::uintptr_t>(pool[slot].data());
-    return pool[slot].data() + (align - at / sizeof(float) % align) % align;
+    float* data = grown(pool[slot], n);
+    const auto at = reinterpret_cast<std::uintptr_t>(data);
+    return data + (align - at / sizeof(float) % align) % align;
 }
 
 conv_descs descs(const conv_shape& s, bool has_bias) {

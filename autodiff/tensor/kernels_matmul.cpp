@@ -2,6 +2,8 @@
 
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/fastest.hpp>
+#include <mixprec/autodiff/tensor/detail/grown.hpp>
+#include <mixprec/autodiff/tensor/detail/kernels_map.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/named_choice.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
@@ -75,31 +77,17 @@ std::string shapes_of(const Tensor& a, const Tensor& b, const MatmulOptions& o) 
            (o.transpose_b ? "ᵀ" : "");
 }
 
-/// `scratch`'s storage for at least n floats. It grows and never shrinks: resize() down and up again would
-/// zero the regrown part on every call (products of several shapes share a thread's buffers).
-float* at_least(std::vector<float>& scratch, std::size_t n) {
-    if (scratch.size() < n) scratch.resize(n);
-    return scratch.data();
-}
-
 /// Widens a tensor into a reusable float32 buffer (no copy for float32), on every thread the product
 /// will run on.
 const float* as_float32(const Tensor& t, std::vector<float>& scratch) {
     if (t.dtype() == Dtype::float32) return static_cast<const float*>(t.raw());
-    float* wide = at_least(scratch, t.size());
+    float* wide = detail::grown(scratch, t.size());
     const auto* bytes = static_cast<const std::byte*>(t.raw());
     const std::size_t width = size_of(t.dtype());
     detail::split(t.size(), std::size_t{1} << 14, [&](std::size_t begin, std::size_t end) {
         widen(bytes + begin * width, t.dtype(), wide + begin, end - begin);
     });
     return wide;
-}
-
-/// Where the float32 product of `count` elements of out, from `offset` on, is written: out's own storage
-/// when it is float32, else `scratch` (finish_rows rounds it into out).
-float* float32_product(Tensor& out, std::size_t offset, std::size_t count, std::vector<float>& scratch) {
-    if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + offset;
-    return at_least(scratch, count);
 }
 
 /// Rows [r0, r1) of out from c, their float32 product (row r0 first, n columns): multiplied by alpha, the
@@ -125,11 +113,11 @@ void product_rows(const detail::gemm_shape& s, const Tensor& a, const float* b, 
     const std::size_t rows = r1 - r0, width = size_of(a.dtype());
     const float* pa = static_cast<const float*>(a.raw()) + r0 * s.k;
     if (a.dtype() != Dtype::float32) {
-        float* wide = at_least(wa, rows * s.k);
+        float* wide = detail::grown(wa, rows * s.k);
         widen(static_cast<const std::byte*>(a.raw()) + r0 * s.k * width, a.dtype(), wide, rows * s.k);
         pa = wide;
     }
-    float* c = float32_product(out, r0 * s.n, rows * s.n, wc);
+    float* c = kernels::detail::result_at(out, r0 * s.n, rows * s.n, wc);
     detail::sgemm({1, rows, s.n, s.k, false, s.transpose_b, false}, pa, b, c, onednn);
     finish_rows(c, alpha, bias, out, s.n, r0, r1, rounding);
 }
@@ -160,7 +148,7 @@ Tensor sgemm_route(const detail::gemm_shape& s, const Tensor& a, const Tensor& b
         });
         return out;
     }
-    float* c = float32_product(out, 0, out.size(), wc);
+    float* c = kernels::detail::result_at(out, 0, out.size(), wc);
     if (s.k == 0) {
         std::fill(c, c + out.size(), 0.0f);
     } else {
@@ -187,8 +175,8 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
     if (db.batched && (!da.batched || da.batch != db.batch))
         throw shape_error("matmul: batch dimensions differ in " + shapes_of(a, b, options));
 
-    const detail::gemm_shape s{da.batch,  da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
-                               db.batched};
+    const autodiff::detail::gemm_shape s{da.batch,  da.rows, db.cols, da.cols, options.transpose_a, options.transpose_b,
+                                         db.batched};
     if (bias != nullptr) {
         if (bias->dtype() != out_dtype)
             throw dtype_error("matmul: the bias is " + std::string(name_of(bias->dtype())) + ", the result " +
@@ -202,17 +190,18 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
 
     const bool bf16_only = a.dtype() == Dtype::bfloat16 && b.dtype() == Dtype::bfloat16 &&
                            out_dtype == Dtype::bfloat16 && options.alpha == 1.0f;
-    if (options.backend == MatmulBackend::onednn && !(bf16_only && detail::onednn_bf16_available()))
+    if (options.backend == MatmulBackend::onednn && !(bf16_only && autodiff::detail::onednn_bf16_available()))
         throw std::invalid_argument(
             "matmul: the onednn backend needs bfloat16 operands and result, alpha 1, and the avx512_bf16 "
             "instruction-set level or above");
     const bool use_onednn =
         bf16_only && (options.backend == MatmulBackend::onednn ||
-                      (options.backend == MatmulBackend::automatic && detail::onednn_bf16_available()));
+                      (options.backend == MatmulBackend::automatic && autodiff::detail::onednn_bf16_available()));
 
     if (use_onednn && s.k != 0) { // oneDNN adds the bias and rounds (see the header)
         Tensor out = Tensor::uninitialized(shape, out_dtype);
-        detail::onednn_matmul_bf16(s, a.raw(), b.raw(), out.raw(), true, bias != nullptr ? bias->raw() : nullptr);
+        autodiff::detail::onednn_matmul_bf16(s, a.raw(), b.raw(), out.raw(), true,
+                                             bias != nullptr ? bias->raw() : nullptr);
         return out;
     }
     const std::vector<float> bias_floats = bias != nullptr ? bias->to_floats() : std::vector<float>{};
@@ -229,8 +218,8 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
                             (a.dtype() != b.dtype() || out_dtype != a.dtype()
                                  ? " by " + std::string(name_of(b.dtype())) + " to " + std::string(name_of(out_dtype))
                                  : "");
-    return detail::run_fastest(key, {name_of(Float32Gemm::openblas), name_of(Float32Gemm::onednn)},
-                               [&](std::size_t i) { return product(i == 1); });
+    return autodiff::detail::run_fastest(key, {name_of(Float32Gemm::openblas), name_of(Float32Gemm::onednn)},
+                                         [&](std::size_t i) { return product(i == 1); });
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <mixprec/autodiff/detail/lanes.hpp>
 #include <mixprec/autodiff/tape.hpp>
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/grown.hpp>
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/format.hpp>
@@ -42,8 +43,7 @@ enum slot : std::size_t {
 template <class T>
 T* scratch(std::size_t slot, std::size_t n) {
     thread_local std::array<std::vector<T>, 12> pool;
-    if (pool[slot].size() < n) pool[slot].resize(n);
-    return pool[slot].data();
+    return grown(pool[slot], n);
 }
 
 /// ReLU as relu() computes it (NaN kept, -0 to +0).

@@ -1,6 +1,7 @@
 // The bfloat16 convolution's weights pass on AVX512-BF16 (conv_weights_bf16.hpp). Compiled with the
 // AVX-512 flags; its kernels carry the avx512bf16 target and run only at the avx512_bf16 level.
 #include <mixprec/autodiff/tensor/detail/conv_weights_bf16.hpp>
+#include <mixprec/autodiff/tensor/detail/grown.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 
 #include <immintrin.h>
@@ -80,9 +81,8 @@ template <bool bias>
 
 void bf16_weights_pass(const conv_shape& s, const void* x, const void* dy, float* dw, float* db) {
     thread_local std::vector<std::uint32_t> buffer; // this thread's; the team reads it through `pairs`
-    if (buffer.size() < s.n / 2 * s.c * s.h * s.w) buffer.resize(s.n / 2 * s.c * s.h * s.w);
-    const std::uint32_t* pairs = buffer.data();
-    x_pairs(s, static_cast<const std::uint16_t*>(x), buffer.data());
+    std::uint32_t* const pairs = grown(buffer, s.n / 2 * s.c * s.h * s.w);
+    x_pairs(s, static_cast<const std::uint16_t*>(x), pairs);
     const auto* d = static_cast<const std::uint16_t*>(dy);
     const std::size_t filter_blocks = s.o / block, channel_blocks = s.c / block, taps = s.kh * s.kw;
     split(filter_blocks * taps * channel_blocks, 1, [&](std::size_t first, std::size_t end) {

@@ -4,6 +4,7 @@
 // written in place, without the copies. Include only from .cpp files.
 
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/grown.hpp>
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
@@ -53,8 +54,7 @@ inline float* result_at(Tensor& out, std::size_t i, std::array<float, chunk>& sc
 /// As above for n floats, any n: `scratch` grows to n when it must.
 inline float* result_at(Tensor& out, std::size_t i, std::size_t n, std::vector<float>& scratch) {
     if (out.dtype() == Dtype::float32) return static_cast<float*>(out.raw()) + i;
-    if (scratch.size() < n) scratch.resize(n);
-    return scratch.data();
+    return autodiff::detail::grown(scratch, n);
 }
 /// Rounds `result` into elements [i, i + n) of `out`, one part of the write `batch` records (rounding.hpp).
 inline void store(const float* result, Tensor& out, std::size_t i, std::size_t n, RoundingBatch& batch) {
