@@ -13,11 +13,14 @@
 ///   and above, on float32 values (float16 and bfloat16 widened) otherwise.
 /// bfloat16 convolutions at the avx512_bf16 level and above multiply their bfloat16 operands in oneDNN on
 /// both im2col routes.
-/// ConvBackend::automatic takes oneDNN for bfloat16 at the avx512_bf16 level (its bfloat16 dot products
-/// give twice the float32 rate) and im2col for everything else: a rule fixed in advance, so a run gives
-/// the same bits at every instruction-set level below avx512_bf16 (OpenBLAS does not follow MIXPREC_ISA;
-/// oneDNN does). ConvBackend::measured instead times the routes on the CPU at hand and keeps the fastest
-/// for each shape (below). bench/bench_layers times every route for every dtype.
+/// ConvBackend::automatic takes oneDNN's primitives from the avx512 level up (bfloat16 operands as they
+/// are from avx512_bf16, where its dot products give twice the float32 rate) and im2col on OpenBLAS below:
+/// a rule fixed in advance, so a run gives the same bits at every level on each side of avx512 (OpenBLAS
+/// does not follow MIXPREC_ISA; oneDNN's float32 kernels are its avx512_core ones from avx512 up). oneDNN's
+/// primitives were the fastest route for the cnn's convolutions on both AVX-512 CPUs measured (AMD Zen 4,
+/// Intel Skylake-SP), im2col on the AVX2 one (AMD Zen 3); bench/README.md has the figures.
+/// ConvBackend::measured instead times the routes on the CPU at hand and keeps the fastest for each shape
+/// (below). bench/bench_layers times every route for every dtype.
 /// The input's gradient is computed only when a tape wants it (gradient_needed, tape.hpp), so a first
 /// layer fed with data pays for dw and dbias alone.
 

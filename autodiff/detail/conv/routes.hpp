@@ -9,6 +9,7 @@
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/fastest.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
+#include <mixprec/autodiff/tensor/isa.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -25,13 +26,18 @@ namespace mixprec::autodiff::detail::conv {
 /// on float32 operands). See ops_conv.hpp for which one `automatic` takes, and why.
 enum class route { onednn_bf16, onednn_f32, im2col_bf16, im2col_f32, im2col_f32_onednn };
 
+/// Whether ConvBackend::automatic takes oneDNN's primitives at the level in use: from avx512 up (see
+/// ops_conv.hpp).
+inline bool automatic_takes_onednn() { return isa() >= Isa::avx512; }
+
 /// The route of `backend` (not measured; automatic as the process has it) for this shape and dtype.
 inline route route_of(const geometry& g, Dtype dtype, ConvBackend backend) {
     if (backend == ConvBackend::automatic) backend = conv_backend();
     const bool bf16 = dtype == Dtype::bfloat16 && detail::onednn_bf16_available();
     // oneDNN wants every dimension nonzero; empty shapes stay on the im2col path
-    const bool onednn = g.n > 0 && g.c > 0 && g.o > 0 && g.l() > 0 &&
-                        (backend == ConvBackend::onednn || (backend == ConvBackend::automatic && bf16));
+    const bool onednn =
+        g.n > 0 && g.c > 0 && g.o > 0 && g.l() > 0 &&
+        (backend == ConvBackend::onednn || (backend == ConvBackend::automatic && automatic_takes_onednn()));
     if (onednn) return bf16 ? route::onednn_bf16 : route::onednn_f32;
     if (bf16) return route::im2col_bf16;
     return backend == ConvBackend::im2col_onednn ? route::im2col_f32_onednn : route::im2col_f32;
