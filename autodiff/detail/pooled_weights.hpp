@@ -69,19 +69,20 @@ template <class T>
 /// What each chunk of windows reads, in the order the filters' passes read it: for window row i and
 /// chunk k (windows 16k, 16k + 1, …), channel c, row 2i + r (r ≤ kh) and column shift s (s ≤ kw), the
 /// 16 lanes at gathered + ((((i·chunks + k)·C + c)·(kh + 1) + r)·(kw + 1) + s)·16 (C = g.c): lane l holds
-/// column 2(16k + l) + s. Lanes past the row hold 0.
+/// column 2(16k + l) + s. Lanes past the row hold 0: each copy loads a whole vector (every half row has
+/// room for 16 lanes from any chunk's start, span()) and clears the lanes past the row.
 [[gnu::always_inline]] inline void gather_windows(const window_geometry& g, const float* split, float* gathered) {
     constexpr std::size_t L = vector_lanes;
     const std::size_t wo2 = g.wo / 2;
+    const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     for (std::size_t i = 0; i < g.ho / 2; ++i)
         for (std::size_t k0 = 0; k0 < wo2; k0 += L) {
-            const std::size_t lanes = std::min(L, wo2 - k0);
+            const i32x16 in_row = lane < static_cast<std::uint32_t>(std::min(L, wo2 - k0));
             for (std::size_t c = 0; c < g.c; ++c)
                 for (std::size_t r = 0; r <= g.kh; ++r)
                     for (std::size_t s = 0; s <= g.kw; ++s) {
-                        const float* from = split + half_row(g, c, 2 * i + r, s % 2) + k0 + s / 2;
-                        std::copy_n(from, lanes, gathered);
-                        std::fill(gathered + lanes, gathered + L, 0.0f);
+                        const f32x16 v = load_lanes(split + half_row(g, c, 2 * i + r, s % 2) + k0 + s / 2);
+                        store_lanes(gathered, in_row ? v : f32x16{});
                         gathered += L;
                     }
         }
@@ -112,21 +113,21 @@ template <std::size_t C, std::size_t KH, std::size_t KW>
             for (std::size_t k0 = 0; k0 < wo2; k0 += L, in += inputs * L) {
                 const std::size_t at = (o * ho2 + i) * wo2 + k0;
                 const auto lanes = static_cast<std::uint32_t>(std::min(L, wo2 - k0));
-                float d_lanes[L];
-                std::uint32_t idx_lanes[L];
+                f32x16 gradient;
+                u32x16 offset;
                 if (at + L <= size) { // lanes past the row read the next windows, then drop them
-                    std::memcpy(d_lanes, d + at, sizeof d_lanes);
-                    std::memcpy(idx_lanes, idx + at, sizeof idx_lanes);
+                    gradient = load_lanes(d + at);
+                    std::memcpy(&offset, idx + at, sizeof offset);
                 } else {
-                    std::fill_n(d_lanes, L, 0.0f);
-                    std::fill_n(idx_lanes, L, 0u);
+                    float d_lanes[L] = {};
+                    std::uint32_t idx_lanes[L] = {};
                     std::memcpy(d_lanes, d + at, lanes * sizeof(float));
                     std::memcpy(idx_lanes, idx + at, lanes * sizeof(std::uint32_t));
+                    gradient = load_lanes(d_lanes);
+                    std::memcpy(&offset, idx_lanes, sizeof offset);
                 }
                 // a −0 lands as +0, as max_pool2d's sum into zeros does
-                const f32x16 gradient = lane < lanes ? 0.0f + load_lanes(d_lanes) : f32x16{};
-                u32x16 offset;
-                std::memcpy(&offset, idx_lanes, sizeof offset);
+                gradient = lane < lanes ? 0.0f + gradient : f32x16{};
                 offset -= static_cast<std::uint32_t>(base + o * plane + 2 * i * g.wo + 2 * k0) + 2 * lane;
                 const i32x16 right = offset == 1, below = offset == wo, diagonal = offset == wo + 1;
                 bias += gradient;
