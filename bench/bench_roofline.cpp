@@ -12,9 +12,18 @@
 // inside a LossScaleOptimizer, as mixprec-train builds them) on a fixed synthetic batch. FLOPs per step come
 // from the model's layers (flops() below; the convention is in bench/README.md, "Roofline").
 //
-// Names: roof/<float32|bfloat16>/<avx512|avx2|avx512_bf16>/<threads>, train_step/<model>/<precision>.
+// Libraries' ceiling (roofline_ceiling.hpp): the float32 step's products alone, each on the fastest kernel
+// OpenBLAS and oneDNN offer for its shape, for the models whose products are Dense and Conv2D layers (mlp, cnn):
+// the share of the roof a step built on these libraries could reach if nothing else in it cost anything.
+//
+// Names: roof/<float32|bfloat16>/<avx512|avx2|avx512_bf16>/<threads>, train_step/<model>/<precision>,
+// ceiling/<mlp|cnn>/float32.
 // Threads for the steps: MIXPREC_BENCH_THREADS if set, else every hardware thread; the roof is also measured
-// at that count, and roof_share divides by the roof at the same count.
+// at that count, and roof_share divides by the roof at the same count (measured at start); roof_around_share
+// by the mean of that roof measured again just before and just after the repetition (about 30 ms each), which
+// follows a host whose speed changes during the run.
+
+#include "roofline_ceiling.hpp"
 
 #include <mixprec/mixprec.hpp>
 
@@ -29,6 +38,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -228,10 +238,33 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const amp::Policy& policy) {
     return std::make_unique<amp::LossScaleOptimizer>(std::make_unique<optim::Adam>(adam), scaling);
 }
 
-/// The roofs at the steps' thread count, measured at start (0 where not measured).
+/// The roofs at the steps' thread count, measured at start (0 where not measured), and the float32 kernel that
+/// measures that roof again around each repetition (the host's speed can change within a run).
 struct Roofs {
     double float32 = 0, bfloat16 = 0;
+    std::optional<RoofKernel> float32_kernel;
+    std::int64_t iterations = 0; ///< of the chains: about 10 ms on each thread
+    int threads = 1;
+
+    /// The float32 roof now: the best of three runs of about 10 ms (0 where not measured).
+    double float32_now() const {
+        double best = 0;
+        if (float32_kernel)
+            for (int run = 0; run < 3; ++run) best = std::max(best, timed_gflops(*float32_kernel, threads, iterations));
+        return best;
+    }
 };
+
+/// A repetition's roof counters, for `achieved` GFLOP/s: its share of the roof at start, and of the roof
+/// around it (the mean of the roof measured just `before` it and just after).
+void roof_counters(benchmark::State& state, const Roofs& roofs, double achieved, double before) {
+    if (roofs.float32 <= 0) return;
+    state.counters["roof_GFLOP/s"] = roofs.float32;
+    state.counters["roof_share"] = achieved / roofs.float32;
+    const double around = (before + roofs.float32_now()) / 2;
+    state.counters["roof_around_GFLOP/s"] = around;
+    state.counters["roof_around_share"] = achieved / around;
+}
 
 void bm_train_step(benchmark::State& state, std::string model_name, std::string precision, int threads, Roofs roofs) {
     const amp::Policy policy(precision);
@@ -258,6 +291,7 @@ void bm_train_step(benchmark::State& state, std::string model_name, std::string 
     for (int i = 0; i < 3; ++i) train(); // oneDNN primitives, scratch buffers, the heap's working set
 
     std::int64_t skipped = 0;
+    const double roof_before = roofs.float32_now();
     const auto start = Clock::now();
     for (auto _ : state) skipped += train().applied ? 0 : 1;
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -268,14 +302,41 @@ void bm_train_step(benchmark::State& state, std::string model_name, std::string 
     state.counters["GFLOP/step"] = gflop;
     state.counters["threads"] = threads;
     state.counters["skipped_steps"] = double(skipped); // a skipped step does less work: flagged by report.py
-    if (roofs.float32 > 0) {
-        state.counters["roof_GFLOP/s"] = roofs.float32;
-        state.counters["roof_share"] = achieved / roofs.float32;
-    }
+    roof_counters(state, roofs, achieved, roof_before);
     if (roofs.bfloat16 > 0 && policy.compute_dtype() == autodiff::Dtype::bfloat16) {
         state.counters["bf16_roof_GFLOP/s"] = roofs.bfloat16;
         state.counters["bf16_roof_share"] = achieved / roofs.bfloat16;
     }
+}
+
+/// The libraries' ceiling of `model_name`'s float32 step (roofline_ceiling.hpp): its products alone, each on
+/// the fastest kernel found at setup, once per iteration.
+void bm_ceiling(benchmark::State& state, std::string model_name, int threads, Roofs roofs) {
+    amp::set_global_policy("float32");
+    models::Sequential model = models::make_model(model_name);
+    model.build(Shape{1, 28, 28}, 1);
+    // chosen at the first repetition (timing every candidate takes seconds), printed once
+    static std::map<std::string, std::optional<bench::LibraryCeiling>> chosen;
+    if (!chosen.count(model_name)) {
+        chosen[model_name] = bench::LibraryCeiling::of(model, batch);
+        if (chosen[model_name])
+            std::printf("ceiling of %s: %s\n", model_name.c_str(), chosen[model_name]->choices().c_str());
+        std::fflush(stdout);
+    }
+    const std::optional<bench::LibraryCeiling>& ceiling = chosen[model_name];
+    if (!ceiling) {
+        state.SkipWithError("products other than Dense and Conv2D: no ceiling");
+        return;
+    }
+    const double roof_before = roofs.float32_now();
+    const auto start = Clock::now();
+    for (auto _ : state) ceiling->run();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double gflop = flops(model, batch) * 1e-9;
+    state.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/step"] = gflop;
+    state.counters["threads"] = threads;
+    roof_counters(state, roofs, gflop * double(state.iterations()) / seconds, roof_before);
 }
 
 std::string cpu_model() {
@@ -334,7 +395,14 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
 
-    const Roofs roofs{roof[{"float32", threads}], roof[{"bfloat16", threads}]};
+    Roofs roofs;
+    roofs.float32 = roof[{"float32", threads}];
+    roofs.bfloat16 = roof[{"bfloat16", threads}];
+    if (!kernels.empty() && kernels[0].format == "float32") {
+        roofs.float32_kernel = kernels[0];
+        roofs.iterations = iterations_for(kernels[0], 0.01);
+        roofs.threads = threads;
+    }
     for (std::string_view model : models::model_names())
         for (const char* precision : {"float32", "mixed_float16", "mixed_bfloat16"})
             benchmark::RegisterBenchmark(("train_step/" + std::string(model) + "/" + precision).c_str(), bm_train_step,
@@ -344,6 +412,14 @@ int main(int argc, char** argv) {
                 ->MinTime(0.3)
                 ->Repetitions(5)
                 ->DisplayAggregatesOnly(true);
+    for (const char* model : {"mlp", "cnn"})
+        benchmark::RegisterBenchmark(("ceiling/" + std::string(model) + "/float32").c_str(), bm_ceiling,
+                                     std::string(model), threads, roofs)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.3)
+            ->Repetitions(5)
+            ->DisplayAggregatesOnly(true);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

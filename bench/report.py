@@ -236,13 +236,15 @@ def roof_table(samples):
 
 
 def roofline_table(samples):
-    """Each model's training step: median time and GFLOP/s over the repetitions, and the median GFLOP/s
-    as a share of the roof measured at start at the same thread count."""
-    keys = sorted((k for k in samples if k[0] == "train_step"),
-                  key=lambda k: (MODEL_ORDER.get(k[1], 9), k[1], PRECISION_ORDER.get(k[2], 9), k[2]))
+    """Each model's training step, and the libraries' ceiling of the float32 steps (their products alone, each on
+    the fastest kernel found): median time and GFLOP/s over the repetitions, and the median GFLOP/s as a share
+    of the roof measured at start at the same thread count, and of the roof measured around each repetition."""
+    keys = sorted((k for k in samples if k[0] in ("train_step", "ceiling")),
+                  key=lambda k: (MODEL_ORDER.get(k[1], 9), k[1], PRECISION_ORDER.get(k[2], 9), k[2], k[0] == "ceiling"))
     bf16 = any("bf16_roof_GFLOP/s" in r for k in keys for r in samples[k])
-    head = "| model | precision | threads | ms per step | GFLOP/step | GFLOP/s | roof GFLOP/s | share of roof |"
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|"
+    head = ("| model | precision | threads | ms per step | GFLOP/step | GFLOP/s | roof GFLOP/s | share of roof | "
+            "share of the roof around it |")
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     if bf16:
         head += " bf16 roof GFLOP/s | share of bf16 roof |"
         rule += "---:|---:|"
@@ -254,9 +256,12 @@ def roofline_table(samples):
         ms = statistics.median(r["real_time"] * TIME_UNIT_MS[r.get("time_unit", "ns")] for r in runs)
         gflops = statistics.median(r["GFLOP/s"] for r in runs)
         roof = runs[0].get("roof_GFLOP/s", float("nan"))
+        around = statistics.median(r.get("roof_around_share", float("nan")) for r in runs)
         skipped = int(sum(r.get("skipped_steps", 0) for r in runs))
-        line = (f"| {key[1]} | {key[2]} | {int(runs[0].get('threads', 0))} | {ms:.2f} | {runs[0]['GFLOP/step']:.3f} | "
-                f"{gflops:.1f} | {roof:.1f} | {gflops / roof:.3f} |")
+        precision = key[2] + (", libraries' ceiling" if key[0] == "ceiling" else "")
+        per_step = runs[0].get("GFLOP/step", gflops * ms * 1e-3)
+        line = (f"| {key[1]} | {precision} | {int(runs[0].get('threads', 0))} | {ms:.2f} | {per_step:.3f} | "
+                f"{gflops:.1f} | {roof:.1f} | {gflops / roof:.3f} | {around:.3f} |")
         if bf16:
             broof = runs[0].get("bf16_roof_GFLOP/s")
             line += f" {broof:.1f} | {gflops / broof:.3f} |" if broof else " | |"
@@ -290,7 +295,7 @@ def main(paths):
         if "roof" in kinds:
             print("\n### The CPU's FMA roof (GFLOP/s = 2 x multiply-adds per second)\n")
             roof_table(samples)
-        if "train_step" in kinds:
+        if "train_step" in kinds or "ceiling" in kinds:
             print("\n### Training steps against the roof (batch 128; FLOPs of products and convolutions only)\n")
             roofline_table(samples)
         print()
