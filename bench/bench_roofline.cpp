@@ -41,6 +41,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,7 +319,12 @@ void bm_ceiling(benchmark::State& state, std::string model_name, int threads, Ro
     // chosen at the first repetition (timing every candidate takes seconds), printed once
     static std::map<std::string, std::optional<bench::LibraryCeiling>> chosen;
     if (!chosen.count(model_name)) {
-        chosen[model_name] = bench::LibraryCeiling::of(model, batch);
+        try {
+            chosen[model_name] = bench::LibraryCeiling::of(model, batch);
+        } catch (const std::runtime_error& e) {
+            state.SkipWithError(e.what());
+            return;
+        }
         if (chosen[model_name])
             std::printf("ceiling of %s: %s\n", model_name.c_str(), chosen[model_name]->choices().c_str());
         std::fflush(stdout);

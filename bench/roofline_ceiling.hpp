@@ -21,7 +21,8 @@ class LibraryCeiling {
     /// variables) its input's; each Conv2D's forward, backward-weights and backward-data passes likewise.
     /// Matrix products take the faster of OpenBLAS's and oneDNN's sgemm; convolutions the fastest of oneDNN's
     /// implementations (reference ones excluded) on its own layouts or on NHWC. nullopt when the model has a
-    /// layer with products of another kind (attention).
+    /// layer with products of another kind (attention); std::runtime_error when oneDNN has nothing but its
+    /// reference implementation for a convolution's pass.
     static std::optional<LibraryCeiling> of(const models::Sequential& model, std::size_t batch);
 
     /// Runs every product once on its chosen kernel.
