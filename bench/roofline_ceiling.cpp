@@ -4,7 +4,6 @@
 
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 
-#include <cblas.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -114,35 +113,21 @@ std::string conv_name(const models::Conv2D& layer) {
            std::to_string(in[2]);
 }
 
-/// A matrix product c (m, n) = op(a) op(b), row-major, on OpenBLAS's or oneDNN's sgemm.
+/// A matrix product c (m, n) = op(a) op(b), row-major, on ready buffers, run by mixprec's own calls into
+/// OpenBLAS's or oneDNN's sgemm (detail::sgemm).
 struct Gemm {
-    bool ta, tb;
-    std::size_t m, n, k;
+    autodiff::detail::gemm_shape shape;
     std::shared_ptr<std::vector<float>> a, b, c;
 
-    Gemm(bool ta_, bool tb_, std::size_t m_, std::size_t n_, std::size_t k_)
-        : ta(ta_),
-          tb(tb_),
-          m(m_),
-          n(n_),
-          k(k_),
+    Gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k)
+        : shape{1, m, n, k, ta, tb, false},
           a(std::make_shared<std::vector<float>>(m * k)),
           b(std::make_shared<std::vector<float>>(k * n)),
           c(std::make_shared<std::vector<float>>(m * n)) {
         fill(a->data(), a->size());
         fill(b->data(), b->size());
     }
-    std::size_t lda() const { return ta ? m : k; }
-    std::size_t ldb() const { return tb ? k : n; }
-    void openblas() const {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
-                    int(k), 1.0f, a->data(), int(lda()), b->data(), int(ldb()), 0.0f, c->data(), int(n));
-    }
-    void onednn() const {
-        if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), 1.0f, a->data(),
-                       dnnl_dim_t(lda()), b->data(), dnnl_dim_t(ldb()), 0.0f, c->data(), dnnl_dim_t(n)) != dnnl_success)
-            throw std::runtime_error("dnnl_sgemm failed");
-    }
+    void operator()(bool onednn) const { autodiff::detail::sgemm(shape, a->data(), b->data(), c->data(), onednn); }
 };
 
 } // namespace
@@ -176,10 +161,10 @@ std::optional<LibraryCeiling> LibraryCeiling::of(const models::Sequential& model
             gemms.emplace_back(name + " weights", Gemm(true, false, k, units, rows));
             if (input_needs_grad) gemms.emplace_back(name + " input", Gemm(false, true, rows, k, units));
             for (const auto& [what, g] : gemms) {
-                const double blas = best_ms([&g = g] { g.openblas(); }), dnnl = best_ms([&g = g] { g.onednn(); });
+                const double blas = best_ms([&g = g] { g(false); }), dnnl = best_ms([&g = g] { g(true); });
                 const bool use_onednn = dnnl < blas;
                 ceiling.add({what, use_onednn ? "onednn sgemm" : "openblas sgemm", std::min(blas, dnnl),
-                             [g = g, use_onednn] { use_onednn ? g.onednn() : g.openblas(); }});
+                             [g = g, use_onednn] { g(use_onednn); }});
             }
         } else if (const auto* conv = dynamic_cast<const models::Conv2D*>(layer.get())) {
             const ConvShape s = conv_shape(*conv, batch);
