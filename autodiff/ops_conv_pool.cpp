@@ -259,6 +259,7 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
     const std::size_t taps = wg.taps(), per_image = g.o * taps + g.o, image = g.c * g.h * g.w, out = g.o * wg.windows();
     std::vector<float> sums(g.n * per_image);
     std::vector<unsigned char> finite(g.n);
+    const bool wide = isa() >= Isa::avx512; // registers of 16 lanes (lanes.hpp)
     detail::split_blocks(g.n, per_image, [&](std::size_t first, std::size_t end) {
         for (std::size_t n = first; n < end; ++n) {
             float* split = scratch<float>(0, wg.split_size());
@@ -270,13 +271,20 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
             const float* dv = source.window_gradients(n);
             const std::uint32_t* idx = source.idx + n * out;
             const auto base = static_cast<std::uint32_t>(n * g.o * g.l());
-            detail::vectorized([&] {
-                detail::gather_windows(wg, split, gathered);
+            const auto pass = [&]<bool Wide>(std::bool_constant<Wide>) {
+                detail::gather_windows<Wide>(wg, split, gathered);
                 float* db = lanes + g.o * taps * L;
                 if (g.c == 1 && g.kh == 3 && g.kw == 3) {
-                    detail::pooled_weights<1, 3, 3>(wg, gathered, dv, idx, base, lanes, db);
+                    detail::pooled_weights<1, 3, 3, Wide>(wg, gathered, dv, idx, base, lanes, db);
                 } else {
-                    detail::pooled_weights<0, 0, 0>(wg, gathered, dv, idx, base, lanes, db);
+                    detail::pooled_weights<0, 0, 0, Wide>(wg, gathered, dv, idx, base, lanes, db);
+                }
+            };
+            detail::vectorized([&] {
+                if (wide) {
+                    pass(std::true_type{});
+                } else {
+                    pass(std::false_type{});
                 }
                 for (std::size_t t = 0; t < per_image; ++t) sums[n * per_image + t] = detail::fold_lanes(lanes + t * L);
             });

@@ -20,7 +20,6 @@ constexpr std::size_t vector_lanes = 16;
 /// 16 lanes as GCC's generic vectors (one AVX-512 register, two AVX2 or four SSE ones).
 using f32x16 = float __attribute__((vector_size(64)));
 using u32x16 = std::uint32_t __attribute__((vector_size(64)));
-using i32x16 = std::int32_t __attribute__((vector_size(64))); // lane masks: all ones or 0
 
 [[gnu::always_inline]] inline f32x16 load_lanes(const float* p) {
     f32x16 v;
@@ -28,6 +27,47 @@ using i32x16 = std::int32_t __attribute__((vector_size(64))); // lane masks: all
     return v;
 }
 [[gnu::always_inline]] inline void store_lanes(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+
+// Masks (all ones or 0 a lane) and selects on 16 lanes, in two forms that give the same bits. Wide
+// (AVX-512, whose registers hold 16 lanes): comparisons and ?:, an instruction each, a select merging
+// into a load. Otherwise integer arithmetic (and, or, not, shifts), which GCC splits into the level's
+// registers, where it lowers a comparison or a ?: on vectors wider than them lane by lane with a branch
+// each (the AVX2 and SSE levels ran the first layer's weights pass twelve times slower for it); at
+// AVX-512 that form costs a third more instructions in that pass. Results come back through a reference: a
+// 64-byte vector returned by value draws GCC's ABI warning (-Wpsabi) below AVX-512.
+
+/// mask: all ones in the lanes where x is 0, else 0 ((x | −x) has its top bit set unless x is 0).
+template <bool Wide>
+[[gnu::always_inline]] inline void zero_lanes(u32x16& mask, const u32x16& x) {
+    if constexpr (Wide) {
+        mask = __builtin_bit_cast(u32x16, x == 0u);
+    } else {
+        mask = ((x | (0u - x)) >> 31) - 1u;
+    }
+}
+/// mask: all ones in the lanes i ≥ n (n from 1 to 16), else 0.
+template <bool Wide>
+[[gnu::always_inline]] inline void lanes_from(u32x16& mask, std::uint32_t n) {
+    const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    if constexpr (Wide) {
+        mask = __builtin_bit_cast(u32x16, lane >= n);
+    } else {
+        mask = 0u - ((n - 1u - lane) >> 31);
+    }
+}
+/// v's lanes where mask is all ones replaced by a's, bit for bit.
+template <bool Wide>
+[[gnu::always_inline]] inline void take_lanes(f32x16& v, const u32x16& mask, const f32x16& a) {
+    if constexpr (Wide) {
+        v = mask != 0u ? a : v;
+    } else {
+        u32x16 bits, from;
+        std::memcpy(&bits, &v, sizeof v);
+        std::memcpy(&from, &a, sizeof a);
+        bits = (from & mask) | (bits & ~mask);
+        std::memcpy(&v, &bits, sizeof v);
+    }
+}
 
 /// The sum of 16 lanes, folded pairwise (lane l + 8 into lane l, then l + 4, l + 2, l + 1): one order at
 /// every level.

@@ -71,18 +71,20 @@ template <class T>
 /// 16 lanes at gathered + ((((i·chunks + k)·C + c)·(kh + 1) + r)·(kw + 1) + s)·16 (C = g.c): lane l holds
 /// column 2(16k + l) + s. Lanes past the row hold 0: each copy loads a whole vector (every half row has
 /// room for 16 lanes from any chunk's start, span()) and clears the lanes past the row.
+template <bool Wide>
 [[gnu::always_inline]] inline void gather_windows(const window_geometry& g, const float* split, float* gathered) {
     constexpr std::size_t L = vector_lanes;
     const std::size_t wo2 = g.wo / 2;
-    const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     for (std::size_t i = 0; i < g.ho / 2; ++i)
         for (std::size_t k0 = 0; k0 < wo2; k0 += L) {
-            const i32x16 in_row = lane < static_cast<std::uint32_t>(std::min(L, wo2 - k0));
+            u32x16 past_row;
+            lanes_from<Wide>(past_row, static_cast<std::uint32_t>(std::min(L, wo2 - k0)));
             for (std::size_t c = 0; c < g.c; ++c)
                 for (std::size_t r = 0; r <= g.kh; ++r)
                     for (std::size_t s = 0; s <= g.kw; ++s) {
-                        const f32x16 v = load_lanes(split + half_row(g, c, 2 * i + r, s % 2) + k0 + s / 2);
-                        store_lanes(gathered, in_row ? v : f32x16{});
+                        f32x16 v = load_lanes(split + half_row(g, c, 2 * i + r, s % 2) + k0 + s / 2);
+                        take_lanes<Wide>(v, past_row, f32x16{});
+                        store_lanes(gathered, v);
                         gathered += L;
                     }
         }
@@ -93,8 +95,9 @@ template <class T>
 /// image): a window's gradient goes to its argmax alone, so tap t of filter o gets d times the input
 /// that tap read for the argmax. Writes lane l's sums (over windows 16k + l of each row, rows in order)
 /// to dw[(o·taps + t)·16 + l] and db[o·16 + l]. C, KH and KW: the sizes when known at compile time (the
-/// sums then stay in registers), else 0. The inputs come from gather_windows.
-template <std::size_t C, std::size_t KH, std::size_t KW>
+/// sums then stay in registers), else 0. The inputs come from gather_windows. Wide: the level's registers
+/// hold 16 lanes (lanes.hpp), for this and gather_windows.
+template <std::size_t C, std::size_t KH, std::size_t KW, bool Wide>
 [[gnu::always_inline]] inline void pooled_weights(const window_geometry& g, const float* gathered, const float* d,
                                                   const std::uint32_t* idx, std::uint32_t base, float* dw, float* db) {
     constexpr std::size_t L = vector_lanes, fixed = C * KH * KW;
@@ -126,10 +129,14 @@ template <std::size_t C, std::size_t KH, std::size_t KW>
                     gradient = load_lanes(d_lanes);
                     std::memcpy(&offset, idx_lanes, sizeof offset);
                 }
-                // a −0 lands as +0, as max_pool2d's sum into zeros does
-                gradient = lane < lanes ? 0.0f + gradient : f32x16{};
+                u32x16 past_row, right, below, diagonal; // masks (lanes.hpp)
+                lanes_from<Wide>(past_row, lanes);
+                gradient = 0.0f + gradient; // a −0 lands as +0, as max_pool2d's sum into zeros does
+                take_lanes<Wide>(gradient, past_row, f32x16{});
                 offset -= static_cast<std::uint32_t>(base + o * plane + 2 * i * g.wo + 2 * k0) + 2 * lane;
-                const i32x16 right = offset == 1, below = offset == wo, diagonal = offset == wo + 1;
+                zero_lanes<Wide>(right, offset - 1u);
+                zero_lanes<Wide>(below, offset - wo);
+                zero_lanes<Wide>(diagonal, offset - (wo + 1u));
                 bias += gradient;
                 std::size_t t = 0;
                 for (std::size_t c = 0; c < c_n; ++c)
@@ -138,9 +145,9 @@ template <std::size_t C, std::size_t KH, std::size_t KW>
                         const float* lower = upper + row * L;
                         for (std::size_t tw = 0; tw < kw; ++tw, ++t) {
                             f32x16 v = load_lanes(upper + tw * L);
-                            v = right ? load_lanes(upper + (tw + 1) * L) : v;
-                            v = below ? load_lanes(lower + tw * L) : v;
-                            v = diagonal ? load_lanes(lower + (tw + 1) * L) : v;
+                            take_lanes<Wide>(v, right, load_lanes(upper + (tw + 1) * L));
+                            take_lanes<Wide>(v, below, load_lanes(lower + tw * L));
+                            take_lanes<Wide>(v, diagonal, load_lanes(lower + (tw + 1) * L));
                             if constexpr (fixed != 0) {
                                 fixed_sums[t] += gradient * v;
                             } else {
