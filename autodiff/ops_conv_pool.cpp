@@ -1,5 +1,6 @@
 #include <mixprec/autodiff/ops_conv.hpp>
 
+#include <mixprec/autodiff/detail/blocked.hpp>
 #include <mixprec/autodiff/detail/conv/common.hpp>
 #include <mixprec/autodiff/detail/conv/geometry.hpp>
 #include <mixprec/autodiff/detail/conv/im2col.hpp>
@@ -301,16 +302,22 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
 }
 
 /// conv2d_max_pool's backward pass on a oneDNN route (r) into d: dy made image by image from `source`, and
-/// dx rounded image by image as oneDNN hands it over (d.dx_alpha is 1 here).
+/// dx rounded image by image as oneDNN hands it over (d.dx_alpha is 1 here), an image in blocks of 16
+/// channels first laid out plain where it is stored (float32) or rounded from.
 template <class Source>
 void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const Tensor& w, const Source& source,
                             std::uint64_t forward_run, conv_grads d) {
     const std::size_t image = g.c * g.h * g.w;
     std::optional<RoundingBatch> rounding;
     if (d.dx && d.dx->dtype() != Dtype::float32) rounding.emplace(*d.dx);
-    const detail::conv_image_sink dx_image = [&](std::size_t n, float* v, std::size_t) {
+    const detail::conv_image_sink dx_image = [&](std::size_t n, float* v, std::size_t block) {
+        if (block) { // 16
+            float* plain = workspace(*d.dx, n * image, image, false);
+            detail::vectorized([&] { detail::unblock_16(v, g.c, g.h * g.w, plain); });
+            v = plain;
+        }
         if (rounding) return commit(*d.dx, n * image, v, image, *rounding);
-        std::copy_n(v, image, static_cast<float*>(d.dx->raw()) + n * image);
+        if (!block) std::copy_n(v, image, static_cast<float*>(d.dx->raw()) + n * image);
     };
     detail::onednn_conv_backward_images(
         onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_run, onednn_operand(w, r, widened_w),

@@ -342,7 +342,8 @@ bool same_sums(const Tensor& a, const Tensor& b, const Shape& x_shape, const Ten
 // first layer's dw and dbias from the windows: the same sums in another order, same_sums), with
 // and without the ReLU and the bias, for even and odd outputs (26 → 13, 11 → 5, 7 → 3: an odd last row and column in no window),
 // with padding and stride, with and without the input's gradient, for an output gradient with infinities
-// and negative values; channel counts that fill oneDNN's blocks of 16 and that leave them part empty.
+// and negative values; channel counts that fill oneDNN's blocks of 16 and that leave them part empty (dx
+// handed over in them: blocked.hpp).
 BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
     struct pool_case {
         Shape x, w;
@@ -354,6 +355,10 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
                                        {{4, 2, 4, 5}, {3, 2, 3, 3}, {.padding = {1, 0}}},
                                        {{3, 16, 9, 9}, {32, 16, 3, 3}, {}},
                                        {{2, 20, 8, 8}, {20, 20, 3, 3}, {.padding = {1, 1}}},
+                                       // dx with 24 channels (one block of 16 and one part empty) in
+                                       // planes of 36 and of 9 elements (fewer than a tile)
+                                       {{2, 24, 6, 6}, {8, 24, 3, 3}, {}},
+                                       {{2, 24, 3, 3}, {8, 24, 3, 3}, {.padding = {1, 1}}},
                                        // 128 KiB of float32 results an image: oneDNN's forward pass runs
                                        // on chunks of two images, then on one (conv_onednn.cpp)
                                        {{7, 16, 34, 34}, {32, 16, 3, 3}, {}}};

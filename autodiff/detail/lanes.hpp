@@ -1,6 +1,6 @@
 #pragma once
 // Internal: 16 lanes of 32-bit elements as GCC's generic vectors, for the kernels of the convolution and
-// its pooling (pool_2x2.hpp, pooled_weights.hpp, conv/common.hpp) that run one order of operations at every
+// its pooling (pool_2x2.hpp, blocked.hpp, pooled_weights.hpp, conv/common.hpp) that run one order of operations at every
 // instruction-set level: each level lowers a vector to one AVX-512 register, two AVX2 or four SSE ones.
 
 #include <cstddef>

@@ -3,10 +3,10 @@
 // max_pool2d (ops_pool.cpp) and the convolution that pools its own output (conv2d_max_pool, ops_conv_pool.cpp).
 // Run them under detail::vectorized: their fixed-width loops are written for the vectorizer.
 
+#include <mixprec/autodiff/detail/blocked.hpp>
 #include <mixprec/autodiff/detail/lanes.hpp>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -80,46 +80,6 @@ inline void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std
         argmax_2x2_run<n>(r0 + 2 * j, r1 + 2 * j, base + static_cast<std::uint32_t>(2 * j), w, out + j, max + j);
     });
 }
-
-/// The 16-element index table whose element i is f(i), for __builtin_shufflevector.
-template <class F>
-constexpr std::array<int, 16> shuffle_table(F f) {
-    std::array<int, 16> t{};
-    for (int i = 0; i < 16; ++i) t[static_cast<std::size_t>(i)] = f(i);
-    return t;
-}
-
-/// One step of transpose_16x16: rows m[i] and m[i + S] (i without bit S) become shuffles Lo and Hi of
-/// the two (indices 16 and up name the second row's elements).
-template <std::array<int, 16> Lo, std::array<int, 16> Hi, std::size_t S>
-[[gnu::always_inline]] inline void transpose_step(u32x16* m) {
-    for (std::size_t i = 0; i < 16; ++i) {
-        if (i & S) continue;
-        const u32x16 a = m[i], b = m[i + S];
-        m[i] = __builtin_shufflevector(a, b, Lo[0], Lo[1], Lo[2], Lo[3], Lo[4], Lo[5], Lo[6], Lo[7], Lo[8], Lo[9],
-                                       Lo[10], Lo[11], Lo[12], Lo[13], Lo[14], Lo[15]);
-        m[i + S] = __builtin_shufflevector(a, b, Hi[0], Hi[1], Hi[2], Hi[3], Hi[4], Hi[5], Hi[6], Hi[7], Hi[8], Hi[9],
-                                           Hi[10], Hi[11], Hi[12], Hi[13], Hi[14], Hi[15]);
-    }
-}
-
-/// m transposed in 64 shuffles (at the AVX-512 level: unpacks, two-row permutes and 128-bit lane
-/// shuffles), with one twist: column c ends in row transposed_row(c), columns 1 and 2 of each group of
-/// four trading places.
-[[gnu::always_inline]] inline void transpose_16x16(u32x16* m) {
-    // Within each 128-bit lane q of a row pair: 32-bit, then 64-bit interleaves; then whole lanes.
-    constexpr auto lo32 = shuffle_table([](int i) { return (i % 2 ? 16 : 0) + i / 4 * 4 + i % 4 / 2; });
-    constexpr auto hi32 = shuffle_table([](int i) { return (i % 2 ? 16 : 0) + i / 4 * 4 + 2 + i % 4 / 2; });
-    constexpr auto lo64 = shuffle_table([](int i) { return (i % 4 / 2 ? 16 : 0) + i / 4 * 4 + i % 2; });
-    constexpr auto hi64 = shuffle_table([](int i) { return (i % 4 / 2 ? 16 : 0) + i / 4 * 4 + 2 + i % 2; });
-    constexpr auto even_lanes = shuffle_table([](int i) { return (i / 8 ? 16 : 0) + i / 4 % 2 * 8 + i % 4; });
-    constexpr auto odd_lanes = shuffle_table([](int i) { return (i / 8 ? 16 : 0) + i / 4 % 2 * 8 + 4 + i % 4; });
-    transpose_step<lo32, hi32, 1>(m);
-    transpose_step<lo64, hi64, 2>(m);
-    transpose_step<even_lanes, odd_lanes, 4>(m);
-    transpose_step<even_lanes, odd_lanes, 8>(m);
-}
-constexpr std::size_t transposed_row(std::size_t c) { return (c & ~std::size_t{3}) | (c & 1) << 1 | (c & 2) >> 1; }
 
 /// argmax_2x2_row's windows for every channel of a block of B, in a channel-blocked layout (oneDNN's
 /// aBcd8b and aBcd16b): element (c, i, j) of the block's h × w planes at v[(i·w + j)·B + c], taken as
