@@ -311,13 +311,14 @@ void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const T
     std::optional<RoundingBatch> rounding;
     if (d.dx && d.dx->dtype() != Dtype::float32) rounding.emplace(*d.dx);
     const detail::conv_image_sink dx_image = [&](std::size_t n, float* v, std::size_t block) {
-        if (block) { // 16
-            float* plain = workspace(*d.dx, n * image, image, false);
-            detail::vectorized([&] { detail::unblock_16(v, g.c, g.h * g.w, plain); });
-            v = plain;
+        float* values = v;
+        if (block) { // 16: laid out plain where dx is stored (float32) or rounded from
+            values = workspace(*d.dx, n * image, image, false);
+            detail::vectorized([&] { detail::unblock_16(v, g.c, g.h * g.w, values); });
+        } else if (!rounding) {
+            std::copy_n(v, image, static_cast<float*>(d.dx->raw()) + n * image);
         }
-        if (rounding) return commit(*d.dx, n * image, v, image, *rounding);
-        if (!block) std::copy_n(v, image, static_cast<float*>(d.dx->raw()) + n * image);
+        if (rounding) commit(*d.dx, n * image, values, image, *rounding);
     };
     detail::onednn_conv_backward_images(
         onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_run, onednn_operand(w, r, widened_w),

@@ -1,7 +1,8 @@
 #pragma once
 // Internal: 16 lanes of 32-bit elements as GCC's generic vectors, for the kernels of the convolution and
-// its pooling (pool_2x2.hpp, blocked.hpp, pooled_weights.hpp, conv/common.hpp) that run one order of operations at every
-// instruction-set level: each level lowers a vector to one AVX-512 register, two AVX2 or four SSE ones.
+// its pooling (pool_2x2.hpp, blocked.hpp, pooled_weights.hpp, conv/common.hpp) that run one order of
+// operations at every instruction-set level: each level lowers a vector to one AVX-512 register, two AVX2
+// or four SSE ones.
 
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +33,7 @@ using u32x16 = std::uint32_t __attribute__((vector_size(64)));
 // (AVX-512, whose registers hold 16 lanes): comparisons and ?:, an instruction each, a select merging
 // into a load. Otherwise integer arithmetic (and, or, not, shifts), which GCC splits into the level's
 // registers, where it lowers a comparison or a ?: on vectors wider than them lane by lane with a branch
-// each (the AVX2 and SSE levels ran the first layer's weights pass twelve times slower for it); at
+// each (the AVX2 and SSE levels ran the first layer's weights pass five to nine times slower for it); at
 // AVX-512 that form costs a third more instructions in that pass. Results come back through a reference: a
 // 64-byte vector returned by value draws GCC's ABI warning (-Wpsabi) below AVX-512.
 
