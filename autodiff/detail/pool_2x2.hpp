@@ -99,7 +99,9 @@ template <std::size_t B, class Value>
     std::size_t i = 0, j = 0; // the window of k0
     for (std::size_t k0 = 0; k0 < out; k0 += tile) {
         const std::size_t windows = std::min(tile, out - k0);
-        alignas(64) std::uint32_t best[tile][B], at[tile][B]; // [window][channel]
+        // [window][channel]; with B = 16 one vector a window, which the transposes take as they are
+        using row = std::conditional_t<B == 16, u32x16, std::uint32_t[B]>;
+        alignas(64) row best[tile], at[tile];
         for (std::size_t t = 0; t < windows; ++t) {
             const float* r0 = v + (2 * i * w + 2 * j) * B;
             const float* r1 = r0 + w * B;
@@ -114,12 +116,10 @@ template <std::size_t B, class Value>
         }
         if constexpr (B == 16) {
             if (windows < tile) { // a last tile's unused rows, which the transposes read
-                std::memset(best[windows], 0, (tile - windows) * sizeof best[0]);
-                std::memset(at[windows], 0, (tile - windows) * sizeof at[0]);
+                std::memset(&best[windows], 0, (tile - windows) * sizeof best[0]);
+                std::memset(&at[windows], 0, (tile - windows) * sizeof at[0]);
             }
-            u32x16 best_rows[tile], at_rows[tile];
-            std::memcpy(best_rows, best, sizeof best);
-            std::memcpy(at_rows, at, sizeof at);
+            u32x16(&best_rows)[tile] = best, (&at_rows)[tile] = at;
             transpose_16x16(best_rows);
             transpose_16x16(at_rows);
             for (std::size_t c = 0; c < channels; ++c) {
