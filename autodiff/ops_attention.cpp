@@ -68,7 +68,9 @@ kernels::AttentionShape attention_shape(const Tensor& qkv, std::size_t heads, st
 
 Tensor self_attention(const Tensor& qkv, std::size_t heads, std::size_t key_dim) {
     const kernels::AttentionShape s = attention_shape(qkv, heads, key_dim, "self_attention");
-    const bool fuse = qkv.dtype() == Dtype::float32 && float32_gemm() == Float32Gemm::openblas && qkv.size() != 0;
+    const Float32Gemm library = float32_gemm(); // the fused op's products are OpenBLAS's (automatic: a batch's)
+    const bool fuse = qkv.dtype() == Dtype::float32 &&
+                      (library == Float32Gemm::openblas || library == Float32Gemm::automatic) && qkv.size() != 0;
     return fuse ? fused(qkv, s) : composed(qkv, s);
 }
 

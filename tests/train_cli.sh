@@ -38,7 +38,7 @@ expect 2 "no file at $work/missing"            -- --initial-weights "$work/missi
 expect 2 "--choices $work/missing/x.choices: no folder" -- --choices "$work/missing/x.choices"
 expect 2 "no convolution route is called 'fast' (the choices: automatic, im2col, im2col_onednn, onednn, measured)" \
     -- --conv-route fast
-expect 2 "no float32 GEMM library is called 'mkl' (the choices: openblas, onednn, measured)" -- --gemm mkl
+expect 2 "no float32 GEMM library is called 'mkl' (the choices: automatic, openblas, onednn, measured)" -- --gemm mkl
 expect 2 "NumPy has no bfloat16"               -- --export-weights "$work/w.npz" --export-dtype bfloat16
 expect 2 "--batch-size"                        -- --batch-size -3
 expect 2 "--precision"                         -- --precision float8

@@ -7,6 +7,7 @@
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/named_choice.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/autodiff/tensor/isa.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <cblas.h>
@@ -210,6 +211,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
         return sgemm_route(s, a, b, options.alpha, add, shape, out_dtype, onednn);
     };
     const Float32Gemm library = float32_gemm();
+    if (library == Float32Gemm::automatic) return product(!s.batched_b && isa() >= Isa::avx512);
     // Measured at the first product of each shape, outside parallel regions (a pause of the rounding
     // telemetry is made and ended on one thread); OpenBLAS inside them.
     if (library != Float32Gemm::measured) return product(library == Float32Gemm::onednn);
@@ -224,12 +226,14 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
 
 namespace {
 
-constexpr detail::name_table<Float32Gemm, 3> gemm_names{
-    {{Float32Gemm::openblas, "openblas"}, {Float32Gemm::onednn, "onednn"}, {Float32Gemm::measured, "measured"}}};
+constexpr detail::name_table<Float32Gemm, 4> gemm_names{{{Float32Gemm::automatic, "automatic"},
+                                                         {Float32Gemm::openblas, "openblas"},
+                                                         {Float32Gemm::onednn, "onednn"},
+                                                         {Float32Gemm::measured, "measured"}}};
 
 /// The process's float32 GEMM library, read from MIXPREC_GEMM at first use.
 std::atomic<Float32Gemm>& process_gemm() {
-    return detail::process_choice("MIXPREC_GEMM", Float32Gemm::openblas, float32_gemm_named);
+    return detail::process_choice("MIXPREC_GEMM", Float32Gemm::automatic, float32_gemm_named);
 }
 
 } // namespace

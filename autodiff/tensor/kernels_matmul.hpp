@@ -64,6 +64,12 @@ void set_blas_threads(int threads);
 /// orders, so they differ in their last bits. OpenBLAS's kernels follow the CPU model and ignore
 /// MIXPREC_ISA; oneDNN's follow MIXPREC_ISA, so with it a run's digest changes with the level.
 enum class Float32Gemm : unsigned char {
+    /// A rule fixed in advance, from the CPUs measured: oneDNN's sgemm from the avx512 level up for
+    /// products of one right-hand matrix (Dense layers, projections), OpenBLAS's for batches of products
+    /// (attention's, per head: oneDNN's sgemm takes one call for each) and below avx512. The bits depend
+    /// on the level only as convolutions' do: one set below avx512, another from there up (oneDNN's
+    /// float32 GEMM kernels are its avx512_core ones at every level above).
+    automatic,
     openblas,
     onednn,
     /// Both, at the first product of each shape and dtypes (once untimed, three times timed), keeping the
@@ -73,11 +79,11 @@ enum class Float32Gemm : unsigned char {
     measured,
 };
 
-/// "openblas", "onednn" or "measured".
+/// "automatic", "openblas", "onednn" or "measured".
 std::string_view name_of(Float32Gemm library);
 /// The library of that name; std::invalid_argument naming the choices for any other.
 Float32Gemm float32_gemm_named(std::string_view name);
-/// This process's library: at first MIXPREC_GEMM's when that is set, else openblas. set_float32_gemm
+/// This process's library: at first MIXPREC_GEMM's when that is set, else automatic. set_float32_gemm
 /// changes it (for every thread; no product may run meanwhile).
 Float32Gemm float32_gemm();
 void set_float32_gemm(Float32Gemm library);

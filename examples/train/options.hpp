@@ -56,7 +56,7 @@ struct Options {
     std::int64_t telemetry_every = 1; ///< on every this many steps
     int threads = 0;                  ///< 0: every core
     std::string conv_route;           ///< a ConvBackend's name; empty: MIXPREC_CONV_ROUTE's, else automatic
-    std::string gemm;                 ///< a Float32Gemm's name; empty: MIXPREC_GEMM's, else openblas
+    std::string gemm;                 ///< a Float32Gemm's name; empty: MIXPREC_GEMM's, else automatic
     std::string choices;              ///< a choices file: read when it exists, written at the end
     std::vector<std::int64_t> inject_nonfinite;
     int inject_nonfinite_rank = -1; ///< data-parallel: the only rank whose gradients get the inf (-1: every rank)
