@@ -68,9 +68,10 @@ kernels::AttentionShape attention_shape(const Tensor& qkv, std::size_t heads, st
 
 Tensor self_attention(const Tensor& qkv, std::size_t heads, std::size_t key_dim) {
     const kernels::AttentionShape s = attention_shape(qkv, heads, key_dim, "self_attention");
-    const Float32Gemm library = float32_gemm(); // the fused op's products are OpenBLAS's (automatic: a batch's)
-    const bool fuse = qkv.dtype() == Dtype::float32 &&
-                      (library == Float32Gemm::openblas || library == Float32Gemm::automatic) && qkv.size() != 0;
+    const Float32Gemm library = float32_gemm(); // the fused op multiplies its batches of products on OpenBLAS
+    const bool on_openblas =
+        library == Float32Gemm::openblas || (library == Float32Gemm::automatic && !automatic_gemm_takes_onednn(true));
+    const bool fuse = qkv.dtype() == Dtype::float32 && on_openblas && qkv.size() != 0;
     return fuse ? fused(qkv, s) : composed(qkv, s);
 }
 

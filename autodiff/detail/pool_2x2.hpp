@@ -119,19 +119,18 @@ template <std::size_t B, class Value>
                 std::memset(&best[windows], 0, (tile - windows) * sizeof best[0]);
                 std::memset(&at[windows], 0, (tile - windows) * sizeof at[0]);
             }
-            u32x16(&best_rows)[tile] = best, (&at_rows)[tile] = at;
-            transpose_16x16(best_rows);
-            transpose_16x16(at_rows);
+            transpose_16x16(best);
+            transpose_16x16(at);
             for (std::size_t c = 0; c < channels; ++c) {
                 const std::size_t row = transposed_row(c);
                 if (windows == tile) { // one vector store each
-                    std::memcpy(max + c * out + k0, &best_rows[row], sizeof best_rows[row]);
-                    std::memcpy(idx + c * out + k0, &at_rows[row], sizeof at_rows[row]);
+                    std::memcpy(max + c * out + k0, &best[row], sizeof best[row]);
+                    std::memcpy(idx + c * out + k0, &at[row], sizeof at[row]);
                     continue;
                 }
                 for (std::size_t t = 0; t < windows; ++t) {
-                    max[c * out + k0 + t] = std::bit_cast<float>(best_rows[row][t]);
-                    idx[c * out + k0 + t] = at_rows[row][t];
+                    max[c * out + k0 + t] = std::bit_cast<float>(best[row][t]);
+                    idx[c * out + k0 + t] = at[row][t];
                 }
             }
         } else {

@@ -211,7 +211,7 @@ Tensor kernels::matmul(const Tensor& a, const Tensor& b, MatmulOptions options, 
         return sgemm_route(s, a, b, options.alpha, add, shape, out_dtype, onednn);
     };
     const Float32Gemm library = float32_gemm();
-    if (library == Float32Gemm::automatic) return product(!s.batched_b && isa() >= Isa::avx512);
+    if (library == Float32Gemm::automatic) return product(automatic_gemm_takes_onednn(s.batched_b));
     // Measured at the first product of each shape, outside parallel regions (a pause of the rounding
     // telemetry is made and ended on one thread); OpenBLAS inside them.
     if (library != Float32Gemm::measured) return product(library == Float32Gemm::onednn);
@@ -237,6 +237,8 @@ std::atomic<Float32Gemm>& process_gemm() {
 }
 
 } // namespace
+
+bool automatic_gemm_takes_onednn(bool batch_of_products) { return !batch_of_products && isa() >= Isa::avx512; }
 
 std::string_view name_of(Float32Gemm library) { return detail::name_in(gemm_names, library); }
 

@@ -79,6 +79,10 @@ enum class Float32Gemm : unsigned char {
     measured,
 };
 
+/// Whether Float32Gemm::automatic runs a product on oneDNN's sgemm at the process's level: a product of
+/// one right-hand matrix (not `batch_of_products`) from avx512 up.
+bool automatic_gemm_takes_onednn(bool batch_of_products);
+
 /// "automatic", "openblas", "onednn" or "measured".
 std::string_view name_of(Float32Gemm library);
 /// The library of that name; std::invalid_argument naming the choices for any other.
