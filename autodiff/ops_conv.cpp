@@ -81,9 +81,13 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
     case route::onednn_bf16:
     case route::onednn_f32: {
         float* wide = workspace(y, 0, y.size(), false);
-        run = detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
-                                          onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
-        if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // oneDNN wrote y
+        if (const auto first = first_layer_pass(g, r, x, w); first && alpha == 1.0f) { // oneDNN's bits, faster
+            detail::first_layer_forward(*first, x.data<float>().data(), w.data<float>().data(), b, wide);
+        } else {
+            run = detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+                                              onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
+        }
+        if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // y is written
         finish_images(y, wide, g.n, relu_d, [&](float* v) {
             if (alpha != 1.0f) // the bias after the scale, as on the im2col route
                 for (std::size_t o = 0; o < g.o; ++o) {

@@ -220,6 +220,12 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
+        if (const auto first = first_layer_pass(g, r, x, w); first && out.y.dtype() == Dtype::float32) {
+            // oneDNN's bits, pooled in the same pass (conv_first_layer.hpp)
+            detail::first_layer_pooled(*first, x.data<float>().data(), w.data<float>().data(), b, g.opt.relu,
+                                       static_cast<float*>(out.y.raw()), out.idx.get());
+            break;
+        }
         out.onednn_run = detail::onednn_conv_forward_images(
             onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w), b,
             [&](std::size_t n, float* v, std::size_t block) { images.onednn(n, v, block); });

@@ -42,9 +42,11 @@ target_sources(mixprec PRIVATE
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_sources(mixprec PRIVATE autodiff/tensor/arch/convert_avx2.cpp autodiff/tensor/arch/convert_avx512.cpp
-                                 autodiff/tensor/arch/conv_weights_avx512_bf16.cpp)
+                                 autodiff/tensor/arch/conv_weights_avx512_bf16.cpp
+                                 autodiff/tensor/arch/conv_first_layer_avx512.cpp)
   set_source_files_properties(autodiff/tensor/arch/convert_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
   set_source_files_properties(autodiff/tensor/arch/convert_avx512.cpp autodiff/tensor/arch/conv_weights_avx512_bf16.cpp
+                              autodiff/tensor/arch/conv_first_layer_avx512.cpp
                               PROPERTIES COMPILE_OPTIONS
     "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mf16c;-mfma;-mprefer-vector-width=512;-Wno-maybe-uninitialized")
 # (GCC 12 warns about the deliberately undefined upper lanes inside its own AVX-512 intrinsic headers.)

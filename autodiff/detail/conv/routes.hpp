@@ -6,12 +6,14 @@
 #include <mixprec/autodiff/detail/conv/geometry.hpp>
 #include <mixprec/autodiff/ops_conv.hpp>
 #include <mixprec/autodiff/tape.hpp>
+#include <mixprec/autodiff/tensor/detail/conv_first_layer.hpp>
 #include <mixprec/autodiff/tensor/detail/conv_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/fastest.hpp>
 #include <mixprec/autodiff/tensor/detail/matmul_kernels.hpp>
 #include <mixprec/autodiff/tensor/isa.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -49,6 +51,19 @@ inline std::optional<route> pinned_route(const geometry& g, Dtype dtype, ConvBac
         (backend == ConvBackend::automatic && conv_backend() == ConvBackend::measured))
         return std::nullopt;
     return route_of(g, dtype, backend);
+}
+
+/// The shape of a first layer's pass (conv_first_layer.hpp) when the float32 oneDNN route r takes it in
+/// place of oneDNN's primitive for x and w: float32 both, one channel, 3 × 3, stride 1, no dilation or padding.
+inline std::optional<detail::first_layer_shape> first_layer_pass(const geometry& g, route r, const Tensor& x,
+                                                                 const Tensor& w) {
+    const auto& o = g.opt;
+    const detail::first_layer_shape s{g.n, g.h, g.w, g.o};
+    if (r != route::onednn_f32 || x.dtype() != Dtype::float32 || w.dtype() != Dtype::float32 || g.c != 1 || g.kh != 3 ||
+        g.kw != 3 || o.stride != std::array<std::size_t, 2>{1, 1} || o.dilation != std::array<std::size_t, 2>{1, 1} ||
+        o.padding != std::array<std::size_t, 2>{0, 0} || !detail::first_layer_pass_applies(s))
+        return std::nullopt;
+    return s;
 }
 
 inline detail::conv_shape onednn_shape(const geometry& g, route r) {

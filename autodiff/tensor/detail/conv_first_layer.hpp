@@ -1,0 +1,61 @@
+#pragma once
+// Internal: the forward pass of a float32 convolution of one input channel by 3 × 3 filters (a first
+// layer: the cnn model's 1 → 32 at 28 × 28), with its bias, on AVX-512 (arch/conv_first_layer_avx512.cpp),
+// taken by the oneDNN route in place of oneDNN's primitive where it applies: alone (conv2d), and with the
+// ReLU and 2 × 2 max pooling in the same pass (conv2d_max_pool), so that the layer's output, the largest
+// tensor of the model, is never written. In the cnn's float32 step (batch 128, two threads, Intel Xeon
+// Skylake-SP), oneDNN's primitive and the pooling of its blocked output took 1.75 to 1.86 ms, this pass 1.16
+// to 1.41 (bench/README.md, "Results, 2026-11-29, afternoon").
+//
+// Each result is the sum oneDNN's jit:avx512_core kernel makes, bit for bit: from 0, one FMA a tap, the
+// taps row by row, then the bias added (compared on all 2,768,896 outputs of the cnn's batch). conv2d and
+// conv2d_max_pool both take these sums, so the two ops and the fused one agree on any CPU, whatever oneDNN
+// runs there. Lanes are 16 output
+// columns of a row (conv2d), or 16 pooling windows of a row of windows (conv2d_max_pool: each image's
+// columns split into even and odd ones first, so that a window's four outputs lie in four vectors).
+
+#include <mixprec/autodiff/tensor/isa.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mixprec::autodiff::detail {
+
+/// n images of one channel h × w (h, w ≥ 3), o filters of 3 × 3, stride 1, no dilation, no padding: outputs
+/// (h − 2) × (w − 2).
+struct first_layer_shape {
+    std::size_t n, h, w, o;
+};
+
+/// Whether the passes below run: at the avx512 level and above (where oneDNN's float32 convolution is its
+/// avx512_core kernel) of an x86-64 build, for shapes of 32-bit indices.
+inline bool first_layer_pass_applies(const first_layer_shape& s) {
+#if defined(MIXPREC_X86_KERNELS)
+    return isa() >= Isa::avx512 && s.h >= 3 && s.w >= 3 && s.n * s.o * (s.h - 2) * (s.w - 2) <= 0xffffffffu;
+#else
+    (void)s;
+    return false;
+#endif
+}
+
+/// y (N, O, H − 2, W − 2) = w ⊛ x + bias (null: none), float32, written whole. On the threads of a team.
+#if defined(MIXPREC_X86_KERNELS)
+void first_layer_forward(const first_layer_shape& s, const float* x, const float* w, const float* bias, float* y);
+#else
+inline void first_layer_forward(const first_layer_shape&, const float*, const float*, const float*, float*) {}
+#endif
+
+/// The same convolution through the ReLU when `relu`, pooled in 2 × 2 windows with stride 2 (the odd last
+/// row and column of an output in none): each window's maximum into pooled (N, O, (H − 2) / 2, (W − 2) / 2)
+/// and the index of its argmax in the convolution's output into idx (as max_pool2d keeps it), the four
+/// scanned in the order (0, 0), (0, 1), (1, 0), (1, 1), a larger value or the first NaN replacing the one
+/// before. On the threads of a team.
+#if defined(MIXPREC_X86_KERNELS)
+void first_layer_pooled(const first_layer_shape& s, const float* x, const float* w, const float* bias, bool relu,
+                        float* pooled, std::uint32_t* idx);
+#else // never called: first_layer_pass_applies is false
+inline void first_layer_pooled(const first_layer_shape&, const float*, const float*, const float*, bool, float*,
+                               std::uint32_t*) {}
+#endif
+
+} // namespace mixprec::autodiff::detail
