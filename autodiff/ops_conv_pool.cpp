@@ -220,7 +220,7 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
-        if (const auto first = first_layer_pass(g, r, x, w); first && out.y.dtype() == Dtype::float32) {
+        if (const auto first = first_layer_pass(g, r, x, w)) { // float32 x, so float32 y
             // oneDNN's bits, pooled in the same pass (conv_first_layer.hpp)
             detail::first_layer_pooled(*first, x.data<float>().data(), w.data<float>().data(), b, g.opt.relu,
                                        static_cast<float*>(out.y.raw()), out.idx.get());

@@ -70,7 +70,8 @@ void forward_image(const first_layer_shape& s, const float* x, const float* w, c
         }
 }
 
-/// One image's columns split: element k of split[(r·2 + p)·span] is column 2k + p of row r, zeros past the row.
+/// One image's columns split: element k of split[(r·2 + p)·span] is column 2k + p of row r, zeros past the row
+/// (the layout of pooled_weights.hpp's split_columns for one channel; that header sits above tensor/).
 void split_columns(const first_layer_shape& s, const float* x, std::size_t span, float* split) {
     std::fill_n(split, s.h * 2 * span, 0.0f);
     for (std::size_t r = 0; r < s.h; ++r)
