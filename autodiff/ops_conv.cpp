@@ -81,8 +81,8 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
     case route::onednn_bf16:
     case route::onednn_f32: {
         float* wide = workspace(y, 0, y.size(), false);
-        if (const auto first = first_layer_pass(g, r, x, w); first && alpha == 1.0f) { // oneDNN's bits, faster
-            detail::first_layer_forward(*first, x.data<float>().data(), w.data<float>().data(), b, wide);
+        if (const auto first = first_layer_pass(g, r); first && alpha == 1.0f) { // oneDNN's bits, faster
+            detail::first_layer_forward(*first, floats_of(x, widened_x), floats_of(w, widened_w), b, wide);
         } else {
             run = detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
                                               onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);

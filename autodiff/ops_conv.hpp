@@ -104,12 +104,14 @@ Tensor conv2d_fp8(const Tensor& x, const Tensor& w, const std::optional<Tensor>&
 /// the convolution's output (11 MB in float32 for the cnn's first layer) and its gradient are never
 /// written whole, nor read back. On the oneDNN routes the
 /// primitive writes the batch's output in its own layout, which the pooling reads once: where a layout
-/// keeps channels in blocks of 8 or 16, in place, through the ReLU and the rounding as values are read,
+/// keeps channels in blocks of 8 or 16, in place, through the ReLU and the rounding as values are read
+/// (float16 rounded in a pass before, by the conversion instructions),
 /// else each image reordered out of it; the output gradient goes straight into the layout the backward
-/// primitives read. A float32 first layer of one channel by 3 × 3 (stride 1, no padding) skips even that
-/// from the avx512 level up: its forward pass there is mixprec's own, with oneDNN's sums bit for bit, and
-/// stores only the pooled values and their argmax (tensor/detail/conv_first_layer.hpp); conv2d takes the
-/// same sums.
+/// primitives read. A first layer of one channel by 3 × 3 (stride 1, no padding) on the route that widens
+/// its operands to float32 skips even that from the avx512 level up: its forward pass there is mixprec's
+/// own, with oneDNN's sums bit for bit, each output rounded to x's dtype in registers (float32, float16 and
+/// bfloat16), and stores only the pooled values and their argmax (tensor/detail/conv_first_layer.hpp);
+/// conv2d takes the same sums.
 /// A first layer (the input's gradient not wanted) of up to 27 taps (3 channels of 3 × 3), stride 1, no
 /// dilation and no padding gets dw and dbias straight from the windows: each window's gradient times the
 /// inputs under its argmax, one product per tap instead of four with three of them zero, and no output

@@ -62,19 +62,23 @@ struct pooled_2x2 {
     }
     /// Image n's results from oneDNN, laid out by `block` (conv_kernels.hpp), before the ReLU (when fused).
     /// A channel-blocked image is pooled where oneDNN wrote it, each value through the ReLU and rounded as
-    /// it is read (float32, float16 and bfloat16; other dtypes rounded in a pass before).
+    /// it is read (float32 and bfloat16, whose rounding is a few integer steps), or rounded in a pass
+    /// before (float16, by the conversion instructions where the level has them, and the ReLU applied as
+    /// it is read: rounding to float16 keeps a value's sign, a NaN and +0, so the two commute; other
+    /// dtypes, the ReLU and the rounding in passes before: float8_e4m3 rounds a large negative value to NaN).
     void onednn(std::size_t n, float* v, std::size_t block) {
         const Dtype dtype = y.dtype();
-        if (block && (dtype == Dtype::float32 || dtype == Dtype::bfloat16 || dtype == Dtype::float16)) {
-            const auto with = [&]<class S>(S) {
-                if (g.opt.relu) return pool_blocked(n, v, block, [](float x) { return as_stored<S, true>(x); });
-                pool_blocked(n, v, block, [](float x) { return as_stored<S, false>(x); });
-            };
-            if (dtype == Dtype::float32) return with(0.0f);
-            if (dtype == Dtype::bfloat16) return with(bfloat16::spec{});
-            return with(float16::spec{});
-        }
+        const auto with = [&]<class S>(S) {
+            if (g.opt.relu) return pool_blocked(n, v, block, [](float x) { return as_stored<S, true>(x); });
+            pool_blocked(n, v, block, [](float x) { return as_stored<S, false>(x); });
+        };
+        if (block && dtype == Dtype::float32) return with(0.0f);
+        if (block && dtype == Dtype::bfloat16) return with(bfloat16::spec{});
         const std::size_t size = (block ? (g.o + block - 1) / block * block : g.o) * g.l();
+        if (block && dtype == Dtype::float16) {
+            round_in_place(v, size, dtype);
+            return with(0.0f);
+        }
         if (g.opt.relu)
             detail::vectorized([&] {
                 for (std::size_t i = 0; i < size; ++i) v[i] = relu_of(v[i]);
@@ -220,10 +224,10 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
-        if (const auto first = first_layer_pass(g, r, x, w)) { // float32 x, so float32 y
-            // oneDNN's bits, pooled in the same pass (conv_first_layer.hpp)
-            detail::first_layer_pooled(*first, x.data<float>().data(), w.data<float>().data(), b, g.opt.relu,
-                                       static_cast<float*>(out.y.raw()), out.idx.get());
+        if (const auto first = first_layer_pass(g, r); first && detail::first_layer_pools_to(out.y.dtype())) {
+            // oneDNN's bits, rounded and pooled in the same pass (conv_first_layer.hpp)
+            detail::first_layer_pooled(*first, floats_of(x, widened_x), floats_of(w, widened_w), b, g.opt.relu,
+                                       out.y.dtype(), out.y.raw(), out.idx.get());
             break;
         }
         out.onednn_run = detail::onednn_conv_forward_images(

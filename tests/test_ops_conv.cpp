@@ -423,6 +423,54 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
                         }
 }
 
+// conv2d_max_pool rounds each output to its dtype before the max, as conv2d's output holds it: on outputs
+// whose windows differ in float32 but round to the same float16 or bfloat16 (the first of them is the
+// argmax), that overflow (to infinity), that fall among the subnormals, and on NaN and infinite inputs, the
+// pooled outputs and every gradient are max_pool2d(conv2d(…))'s bit for bit, with and without the ReLU: on
+// a first layer (conv_first_layer.hpp's pass from avx512 up, which rounds in registers) and on a layer of
+// 16 channels (oneDNN's blocked results, float16 rounded in a pass before the ReLU).
+BOOST_AUTO_TEST_CASE(conv2d_max_pool_rounds_before_the_max) {
+    const std::vector<std::pair<Shape, Shape>> shapes{{{2, 1, 20, 37}, {5, 1, 3, 3}}, {{2, 16, 9, 9}, {32, 16, 3, 3}}};
+    // by bands of rows: values a bfloat16 step apart (sums apart in float32, often tied once rounded), large (float16 overflows, bfloat16 and
+    // float32 do not), tiny (float16 subnormals), and beyond float32's range once summed
+    const std::array<float, 4> scale{1.0f, 3.0e4f, 3.0e-7f, 3.0e38f};
+    unsigned seed = 900;
+    for (const auto& [xs, ws] : shapes) {
+        std::vector<float> xv = random(xs, -1.0f, 1.0f, ++seed).to_floats();
+        const std::size_t rows = xs[0] * xs[1] * xs[2];
+        for (std::size_t i = 0; i < xv.size(); ++i)
+            xv[i] = scale[(i / xs[3]) * scale.size() / rows] * (1.0f + 0x1p-7f * std::round(2.0f * xv[i]));
+        for (std::size_t i = 5; i < xv.size(); i += 97) xv[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
+            for (bool relu : {true, false})
+                for (const auto& [backend, route] : backends) {
+                    if (backend == ConvBackend::measured) continue;
+                    const Tensor x = Tensor::from_floats(xs, xv, dtype);
+                    const Tensor w = random(ws, -1.0f, 1.0f, ++seed).to(dtype);
+                    const Tensor b = random(Shape{ws[0]}, -0.5f, 0.5f, ++seed).to(dtype);
+                    const Conv2dOptions o{.backend = backend, .relu = relu};
+                    const Tensor dy =
+                        random(max_pool2d(conv2d(x, w, b, o), {2, 2}).shape(), -1.0f, 1.0f, ++seed).to(dtype);
+                    const auto run_with = [&](bool fused) {
+                        GradientTape tape;
+                        const std::vector<Tensor> sources{x, w, b};
+                        for (const Tensor& t : sources) tape.watch(t);
+                        const Tensor y = fused ? conv2d_max_pool(x, w, b, o) : max_pool2d(conv2d(x, w, b, o), {2, 2});
+                        std::vector<Tensor> out = tape.gradient(mul(y, dy), sources);
+                        out.push_back(y);
+                        return out;
+                    };
+                    BOOST_TEST_CONTEXT(xs.to_string()
+                                       << " " << name_of(dtype) << ", " << route << (relu ? ", relu" : "")) {
+                        const std::vector<Tensor> fused = run_with(true), plain = run_with(false);
+                        for (std::size_t i = 0; i < plain.size(); ++i)
+                            BOOST_TEST(std::memcmp(fused[i].raw(), plain[i].raw(), plain[i].nbytes()) == 0,
+                                       (i + 1 < plain.size() ? "gradient " : "output ") << i);
+                    }
+                }
+    }
+}
+
 /// The weights' and bias's gradients in float64 of a convolution with stride 1, no dilation and no padding,
 /// from x (xs) and its output's gradient d (N, O, Ho, Wo), and the sum of |terms| of each element.
 struct weight_sums {

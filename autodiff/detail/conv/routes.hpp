@@ -53,15 +53,15 @@ inline std::optional<route> pinned_route(const geometry& g, Dtype dtype, ConvBac
     return route_of(g, dtype, backend);
 }
 
-/// The shape of a first layer's pass (conv_first_layer.hpp) when the float32 oneDNN route r takes it in
-/// place of oneDNN's primitive for x and w: float32 both, one channel, 3 × 3, stride 1, no dilation or padding.
-inline std::optional<detail::first_layer_shape> first_layer_pass(const geometry& g, route r, const Tensor& x,
-                                                                 const Tensor& w) {
+/// The shape of a first layer's pass (conv_first_layer.hpp) when the oneDNN route r takes it in place of
+/// oneDNN's float32 primitive: on the route that hands oneDNN float32 operands (x and w of any dtype
+/// widened, exactly), for one channel, 3 × 3, stride 1, no dilation or padding.
+inline std::optional<detail::first_layer_shape> first_layer_pass(const geometry& g, route r) {
     const auto& o = g.opt;
     const detail::first_layer_shape s{g.n, g.h, g.w, g.o};
-    if (r != route::onednn_f32 || x.dtype() != Dtype::float32 || w.dtype() != Dtype::float32 || g.c != 1 || g.kh != 3 ||
-        g.kw != 3 || o.stride != std::array<std::size_t, 2>{1, 1} || o.dilation != std::array<std::size_t, 2>{1, 1} ||
-        o.padding != std::array<std::size_t, 2>{0, 0} || !detail::first_layer_pass_applies(s))
+    if (r != route::onednn_f32 || g.c != 1 || g.kh != 3 || g.kw != 3 || o.stride != std::array<std::size_t, 2>{1, 1} ||
+        o.dilation != std::array<std::size_t, 2>{1, 1} || o.padding != std::array<std::size_t, 2>{0, 0} ||
+        !detail::first_layer_pass_applies(s))
         return std::nullopt;
     return s;
 }

@@ -78,8 +78,47 @@ void split_columns(const first_layer_shape& s, const float* x, std::size_t span,
         for (std::size_t c = 0; c < s.w; ++c) split[(r * 2 + c % 2) * span + c / 2] = x[r * s.w + c];
 }
 
+/// The pooled pass's outputs as float32 holds them (stored as they are).
+struct as_float32 {
+    using storage = float;
+    static __m512 rounded(__m512 v) { return v; }
+    static void store(float* at, __mmask16 valid, __m512 v) { _mm512_mask_storeu_ps(at, valid, v); }
+};
+
+/// As float16 holds them: rounded to nearest even by the conversion instruction (the bits of narrow() at
+/// the avx512 level, and of encode(): test_formats.cpp), overflow to infinity, a NaN quieted with its high
+/// payload kept; stored as float16 bits.
+struct as_float16 {
+    using storage = std::uint16_t;
+    static constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    static __m512 rounded(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, nearest)); }
+    static void store(std::uint16_t* at, __mmask16 valid, __m512 v) {
+        _mm256_mask_storeu_epi16(at, valid, _mm512_cvtps_ph(v, nearest)); // exact: v is rounded already
+    }
+};
+
+/// As bfloat16 holds them: round_trip<bfloat16::spec>'s three integer steps (format.hpp) on 16 lanes;
+/// stored as the high halves.
+struct as_bfloat16 {
+    using storage = std::uint16_t;
+    static __m512 rounded(__m512 v) {
+        const __m512i x = _mm512_castps_si512(v), high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+        const __m512i nearest =
+            _mm512_and_si512(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), high);
+        const __m512i nan = _mm512_and_si512(_mm512_or_si512(x, _mm512_set1_epi32(0x400000)), high);
+        return _mm512_castsi512_ps(_mm512_mask_mov_epi32(nearest, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan));
+    }
+    static void store(std::uint16_t* at, __mmask16 valid, __m512 v) {
+        _mm256_mask_storeu_epi16(at, valid, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+    }
+};
+
+/// One image's pooled pass, each output through the ReLU (when applied) and rounded as Out holds it before
+/// the max: the values and the argmax conv2d's rounded output gives max_pool2d.
+template <class Out>
 void pooled_image(const first_layer_shape& s, const float* split, std::size_t span, const float* w, const float* bias,
-                  bool relu_applied, std::uint32_t base, float* pooled, std::uint32_t* idx) {
+                  bool relu_applied, std::uint32_t base, typename Out::storage* pooled, std::uint32_t* idx) {
     const std::size_t ho = s.h - 2, wo = s.w - 2, ho2 = ho / 2, wo2 = wo / 2, windows = ho2 * wo2;
     const auto row = static_cast<std::int32_t>(wo);
     const __m512i lane = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30); // 2·lane
@@ -118,6 +157,7 @@ void pooled_image(const first_layer_shape& s, const float* split, std::size_t sp
                     for (std::size_t e = 0; e < 4; ++e) {
                         v[e] = with_bias(sum[f][e], bias, o);
                         if (relu_applied) v[e] = relu(v[e]);
+                        v[e] = Out::rounded(v[e]);
                     }
                     __m512 best = v[0];
                     __m512i offset = _mm512_setzero_si512();
@@ -132,7 +172,7 @@ void pooled_image(const first_layer_shape& s, const float* split, std::size_t sp
                     }
                     const auto start = static_cast<std::int32_t>(base + o * ho * wo + 2 * i * wo + 2 * k);
                     const __m512i at = _mm512_add_epi32(_mm512_add_epi32(_mm512_set1_epi32(start), lane), offset);
-                    _mm512_mask_storeu_ps(pooled + o * windows + i * wo2 + k, valid, best);
+                    Out::store(pooled + o * windows + i * wo2 + k, valid, best);
                     _mm512_mask_storeu_epi32(idx + o * windows + i * wo2 + k, valid, at);
                 }
             }
@@ -149,18 +189,24 @@ void first_layer_forward(const first_layer_shape& s, const float* x, const float
 }
 
 void first_layer_pooled(const first_layer_shape& s, const float* x, const float* w, const float* bias, bool relu,
-                        float* pooled, std::uint32_t* idx) {
+                        Dtype dtype, void* pooled, std::uint32_t* idx) {
     const std::size_t image = s.h * s.w, l = (s.h - 2) * (s.w - 2), wo2 = (s.w - 2) / 2;
     const std::size_t span = (wo2 + lanes - 1) / lanes * lanes + 2, out = s.o * ((s.h - 2) / 2) * wo2;
-    split(s.n, 1, [&](std::size_t n0, std::size_t n1) {
-        thread_local std::vector<float> room;
-        float* columns = grown(room, s.h * 2 * span);
-        for (std::size_t n = n0; n < n1; ++n) {
-            split_columns(s, x + n * image, span, columns);
-            pooled_image(s, columns, span, w, bias, relu, static_cast<std::uint32_t>(n * s.o * l), pooled + n * out,
-                         idx + n * out);
-        }
-    });
+    const auto images = [&]<class Out>(Out) {
+        auto* values = static_cast<typename Out::storage*>(pooled);
+        split(s.n, 1, [&](std::size_t n0, std::size_t n1) {
+            thread_local std::vector<float> room;
+            float* columns = grown(room, s.h * 2 * span);
+            for (std::size_t n = n0; n < n1; ++n) {
+                split_columns(s, x + n * image, span, columns);
+                pooled_image<Out>(s, columns, span, w, bias, relu, static_cast<std::uint32_t>(n * s.o * l),
+                                  values + n * out, idx + n * out);
+            }
+        });
+    };
+    if (dtype == Dtype::float16) return images(as_float16{});
+    if (dtype == Dtype::bfloat16) return images(as_bfloat16{});
+    images(as_float32{});
 }
 
 } // namespace mixprec::autodiff::detail

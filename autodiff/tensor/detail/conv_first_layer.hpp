@@ -1,19 +1,22 @@
 #pragma once
-// Internal: the forward pass of a float32 convolution of one input channel by 3 × 3 filters (a first
-// layer: the cnn model's 1 → 32 at 28 × 28), with its bias, on AVX-512 (arch/conv_first_layer_avx512.cpp),
-// taken by the oneDNN route in place of oneDNN's primitive where it applies: alone (conv2d), and with the
-// ReLU and 2 × 2 max pooling in the same pass (conv2d_max_pool), so that the layer's output, the largest
-// tensor of the model, is never written. In the cnn's float32 step (batch 128, two threads, Intel Xeon
-// Skylake-SP), oneDNN's primitive and the pooling of its blocked output took 1.75 to 1.86 ms, this pass 1.16
-// to 1.41 (bench/README.md, "Results, 2026-11-29, afternoon").
+// Internal: the forward pass of a convolution of one input channel by 3 × 3 filters (a first layer: the cnn
+// model's 1 → 32 at 28 × 28) on float32 operands (x and w of any dtype widened, exactly), with its bias, on
+// AVX-512 (arch/conv_first_layer_avx512.cpp), taken by the oneDNN route that widens its operands in place of
+// oneDNN's float32 primitive where it applies: alone (conv2d, whose caller rounds the results), and with
+// the ReLU, the rounding to the output's dtype and 2 × 2 max pooling in the same pass (conv2d_max_pool), so
+// that the layer's output, the largest tensor of the model, is never written. In the cnn's float32 step
+// (batch 128, two threads, Intel Xeon Skylake-SP), oneDNN's primitive and the pooling of its blocked output
+// took 1.75 to 1.86 ms, this pass 1.16 to 1.41; in the mixed_float16 step, 8.1 ms against 1.5
+// (bench/README.md, "Results, 2026-11-29, afternoon" and "evening").
 //
 // Each result is the sum oneDNN's jit:avx512_core kernel makes, bit for bit: from 0, one FMA a tap, the
 // taps row by row, then the bias added (compared on all 2,768,896 outputs of the cnn's batch). conv2d and
 // conv2d_max_pool both take these sums, so the two ops and the fused one agree on any CPU, whatever oneDNN
-// runs there. Lanes are 16 output
-// columns of a row (conv2d), or 16 pooling windows of a row of windows (conv2d_max_pool: each image's
-// columns split into even and odd ones first, so that a window's four outputs lie in four vectors).
+// runs there. Lanes are 16 output columns of a row (conv2d), or 16 pooling windows of a row of windows
+// (conv2d_max_pool: each image's columns split into even and odd ones first, so that a window's four
+// outputs lie in four vectors).
 
+#include <mixprec/autodiff/tensor/dtype.hpp>
 #include <mixprec/autodiff/tensor/isa.hpp>
 
 #include <cstddef>
@@ -38,23 +41,29 @@ inline bool first_layer_pass_applies(const first_layer_shape& s) {
 #endif
 }
 
-/// y (N, O, H − 2, W − 2) = w ⊛ x + bias (null: none), float32, written whole. On the threads of a team.
+/// y (N, O, H − 2, W − 2) = w ⊛ x + bias (null: none), float32 sums, written whole. On the threads of a team.
 #if defined(MIXPREC_X86_KERNELS)
 void first_layer_forward(const first_layer_shape& s, const float* x, const float* w, const float* bias, float* y);
 #else
 inline void first_layer_forward(const first_layer_shape&, const float*, const float*, const float*, float*) {}
 #endif
 
-/// The same convolution through the ReLU when `relu`, pooled in 2 × 2 windows with stride 2 (the odd last
-/// row and column of an output in none): each window's maximum into pooled (N, O, (H − 2) / 2, (W − 2) / 2)
-/// and the index of its argmax in the convolution's output into idx (as max_pool2d keeps it), the four
-/// scanned in the order (0, 0), (0, 1), (1, 0), (1, 1), a larger value or the first NaN replacing the one
-/// before. On the threads of a team.
+/// Whether first_layer_pooled stores its maxima in `dtype`.
+inline bool first_layer_pools_to(Dtype dtype) {
+    return dtype == Dtype::float32 || dtype == Dtype::float16 || dtype == Dtype::bfloat16;
+}
+
+/// The same convolution through the ReLU when `relu`, each output then rounded to `dtype` (float32, float16
+/// or bfloat16: first_layer_pools_to) as conv2d's output of that dtype holds it, pooled in 2 × 2 windows
+/// with stride 2 (the odd last row and column of an output in none): each window's maximum into pooled
+/// (N, O, (H − 2) / 2, (W − 2) / 2), of that dtype, and the index of its argmax in the convolution's output
+/// into idx (as max_pool2d keeps it), the four scanned in the order (0, 0), (0, 1), (1, 0), (1, 1), a
+/// larger value or the first NaN replacing the one before. On the threads of a team.
 #if defined(MIXPREC_X86_KERNELS)
 void first_layer_pooled(const first_layer_shape& s, const float* x, const float* w, const float* bias, bool relu,
-                        float* pooled, std::uint32_t* idx);
+                        Dtype dtype, void* pooled, std::uint32_t* idx);
 #else // never called: first_layer_pass_applies is false
-inline void first_layer_pooled(const first_layer_shape&, const float*, const float*, const float*, bool, float*,
+inline void first_layer_pooled(const first_layer_shape&, const float*, const float*, const float*, bool, Dtype, void*,
                                std::uint32_t*) {}
 #endif
 
