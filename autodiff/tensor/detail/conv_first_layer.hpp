@@ -6,7 +6,7 @@
 // the ReLU, the rounding to the output's dtype and 2 × 2 max pooling in the same pass (conv2d_max_pool), so
 // that the layer's output, the largest tensor of the model, is never written. In the cnn's float32 step
 // (batch 128, two threads, Intel Xeon Skylake-SP), oneDNN's primitive and the pooling of its blocked output
-// took 1.75 to 1.86 ms, this pass 1.16 to 1.41; in the mixed_float16 step, 8.1 ms against 1.5
+// took 1.75 to 1.86 ms, this pass 1.16 to 1.41; in the mixed_float16 step, 8.1 ms against 1.3 to 1.6
 // (bench/README.md, "Results, 2026-11-29, afternoon" and "evening").
 //
 // Each result is the sum oneDNN's jit:avx512_core kernel makes, bit for bit: from 0, one FMA a tap, the
