@@ -62,23 +62,19 @@ struct pooled_2x2 {
     }
     /// Image n's results from oneDNN, laid out by `block` (conv_kernels.hpp), before the ReLU (when fused).
     /// A channel-blocked image is pooled where oneDNN wrote it, each value through the ReLU and rounded as
-    /// it is read (float32 and bfloat16, whose rounding is a few integer steps), or rounded in a pass
-    /// before (float16, by the conversion instructions where the level has them, and the ReLU applied as
-    /// it is read: rounding to float16 keeps a value's sign, a NaN and +0, so the two commute; other
-    /// dtypes, the ReLU and the rounding in passes before: float8_e4m3 rounds a large negative value to NaN).
+    /// it is read (float32, and bfloat16, whose rounding is a few integer steps); other dtypes through the
+    /// ReLU and rounded in passes before (float16 by the conversion instructions where the level has them).
     void onednn(std::size_t n, float* v, std::size_t block) {
         const Dtype dtype = y.dtype();
-        const auto with = [&]<class S>(S) {
-            if (g.opt.relu) return pool_blocked(n, v, block, [](float x) { return as_stored<S, true>(x); });
-            pool_blocked(n, v, block, [](float x) { return as_stored<S, false>(x); });
-        };
-        if (block && dtype == Dtype::float32) return with(0.0f);
-        if (block && dtype == Dtype::bfloat16) return with(bfloat16::spec{});
-        const std::size_t size = (block ? (g.o + block - 1) / block * block : g.o) * g.l();
-        if (block && dtype == Dtype::float16) {
-            round_in_place(v, size, dtype);
-            return with(0.0f);
+        if (block && (dtype == Dtype::float32 || dtype == Dtype::bfloat16)) {
+            const auto with = [&]<class S>(S) {
+                if (g.opt.relu) return pool_blocked(n, v, block, [](float x) { return as_stored<S, true>(x); });
+                pool_blocked(n, v, block, [](float x) { return as_stored<S, false>(x); });
+            };
+            if (dtype == Dtype::float32) return with(0.0f);
+            return with(bfloat16::spec{});
         }
+        const std::size_t size = (block ? (g.o + block - 1) / block * block : g.o) * g.l();
         if (g.opt.relu)
             detail::vectorized([&] {
                 for (std::size_t i = 0; i < size; ++i) v[i] = relu_of(v[i]);
