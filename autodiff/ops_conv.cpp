@@ -133,9 +133,9 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     case route::onednn_f32:
         onednn_backward(g, d, [&](float* dx) {
             const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
-            detail::onednn_conv_backward(onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_run,
-                                         onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), dx,
-                                         d.dw, d.db);
+            detail::onednn_conv_backward(
+                onednn_shape(g, r), [&] { return onednn_operand(x, r, widened_x); }, forward_run,
+                onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), dx, d.dw, d.db);
         });
         break;
     case route::im2col_bf16:

@@ -327,7 +327,8 @@ void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const T
         if (rounding) commit(*d.dx, n * image, values, image, *rounding);
     };
     detail::onednn_conv_backward_images(
-        onednn_shape(g, r), onednn_operand(x, r, widened_x), forward_run, onednn_operand(w, r, widened_w),
+        onednn_shape(g, r), [&] { return onednn_operand(x, r, widened_x); }, forward_run,
+        onednn_operand(w, r, widened_w),
         [&](std::size_t n, void* dst, std::size_t block) {
             const auto put = [&]<class T>(T) {
                 if (block) return source(T{}).put_blocked(n, static_cast<T*>(dst), block);

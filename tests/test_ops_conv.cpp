@@ -642,11 +642,11 @@ BOOST_AUTO_TEST_CASE(first_layer_weights_with_infinite_inputs) {
 }
 
 // oneDNN's weights pass reads x as the forward pass reordered it when no pass of that shape ran in
-// between, else x reordered again: a forward pass of b between a's forward and backward passes leaves
-// each input the gradient it gets alone, bit for bit (and would give a's the gradient of b's x if the
-// reordered x were reused regardless).
+// between, else x reordered again (float16's widened first, then only): a forward pass of b between a's
+// forward and backward passes leaves each input the gradient it gets alone, bit for bit (and would give
+// a's the gradient of b's x if the reordered x were reused regardless).
 BOOST_AUTO_TEST_CASE(interleaved_passes_keep_their_own_inputs) {
-    for (Dtype dtype : {Dtype::float32, Dtype::bfloat16})
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
         for (bool pooled : {false, true}) {
             const Conv2dOptions o{.backend = ConvBackend::onednn, .relu = true};
             const Tensor w = random(Shape{16, 16, 3, 3}, -1.0f, 1.0f, 900).to(dtype);

@@ -83,14 +83,14 @@ std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, con
     return run;
 }
 
-void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w, const void* dy,
-                          float* dx, float* dw, float* db) {
+void onednn_conv_backward(const conv_shape& s, const conv_input& x, std::uint64_t forward_run, const void* w,
+                          const void* dy, float* dx, float* dw, float* db) {
     conv_plan& p = backward_plan(s, db != nullptr);
     const dnnl::memory for_data = dx ? p.ddy->in(dy) : dnnl::memory();
     run_backward(p, s, x, forward_run, w, for_data, p.wdy->in(dy), dx, dw, db);
 }
 
-void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
+void onednn_conv_backward_images(const conv_shape& s, const conv_input& x, std::uint64_t forward_run, const void* w,
                                  const conv_image_source& dy_image, const conv_image_sink* dx_image, float* dw,
                                  float* db) {
     conv_plan& p = backward_plan(s, db != nullptr);

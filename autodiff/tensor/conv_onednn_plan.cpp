@@ -98,10 +98,10 @@ bool own_weights_pass(const conv_plan& p, const conv_shape& s) {
 #endif
 
 /// x in the weights pass's layout: the forward's reordered x when that run (forward_run) reordered it
-/// into the same layout and no run has overwritten it since, else x reordered again.
-dnnl::memory weights_pass_x(conv_plan& p, const void* x, std::uint64_t forward_run) {
+/// into the same layout and no run has overwritten it since (x() not called), else x() reordered again.
+dnnl::memory weights_pass_x(conv_plan& p, const conv_input& x, std::uint64_t forward_run) {
     if (forward_run != 0 && forward_run == p.x_run && p.wx->inner == p.fx->inner) return p.fx->buffer;
-    return p.wx->in(x);
+    return p.wx->in(x());
 }
 
 } // namespace
@@ -256,14 +256,14 @@ void data_pass(conv_plan& p, const dnnl::memory& dy, const dnnl::memory& ws, flo
     p.ddx->flush(dx);
 }
 
-void run_backward(conv_plan& p, [[maybe_unused]] const conv_shape& s, const void* x, std::uint64_t forward_run,
+void run_backward(conv_plan& p, [[maybe_unused]] const conv_shape& s, const conv_input& x, std::uint64_t forward_run,
                   const void* w, const dnnl::memory& dy_data, const dnnl::memory& dy_weights, float* dx, float* dw,
                   float* db) {
     if (dx) data_pass(p, dy_data, p.dw_w->in(w), dx);
 #if defined(MIXPREC_X86_KERNELS)
     if (own_weights_pass(p, s)) {
         stream().wait();
-        return bf16_weights_pass(s, x, dy_weights.get_data_handle(), dw, db);
+        return bf16_weights_pass(s, x(), dy_weights.get_data_handle(), dw, db);
     }
 #endif
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, weights_pass_x(p, x, forward_run)},

@@ -22,9 +22,12 @@ struct conv_shape {
 /// A forward pass returns a number for its run (0 when its primitive reads x as x lies): handed to the
 /// backward pass of the same x, on the same thread, it lets the weights pass read x as the forward
 /// reordered it, when no pass of that shape has run in between (else x is reordered again; 0: always).
+/// The backward passes take x as a function that gives it (conv_input), called only when they read x
+/// itself, so that a caller that widens x to float32 first does so only then.
+using conv_input = std::function<const void*()>;
 std::uint64_t onednn_conv_forward(const conv_shape& s, const void* x, const void* w, const float* bias, float* y);
-void onednn_conv_backward(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w, const void* dy,
-                          float* dx, float* dw, float* db);
+void onednn_conv_backward(const conv_shape& s, const conv_input& x, std::uint64_t forward_run, const void* w,
+                          const void* dy, float* dx, float* dw, float* db);
 
 /// How an image's values (O, Ho, Wo) lie in memory, by `block`: 0 for plain; else in blocks of that many
 /// channels (8 or 16: oneDNN's aBcd8b and aBcd16b), element (o, i, j) at ((o / block)·Ho·Wo + i·Wo + j)·block
@@ -49,7 +52,7 @@ std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, con
 /// on its own images a few at a time where oneDNN can. Each called once for each image, on the threads of
 /// a team.
 using conv_image_source = std::function<void(std::size_t n, void* dst, std::size_t block)>;
-void onednn_conv_backward_images(const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
+void onednn_conv_backward_images(const conv_shape& s, const conv_input& x, std::uint64_t forward_run, const void* w,
                                  const conv_image_source& dy_image, const conv_image_sink* dx_image, float* dw,
                                  float* db);
 

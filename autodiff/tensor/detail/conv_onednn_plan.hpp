@@ -142,7 +142,7 @@ std::uint64_t run_forward(conv_plan& p, const void* x, const void* w, const floa
 void data_pass(conv_plan& p, const dnnl::memory& dy, const dnnl::memory& ws, float* dx);
 /// The backward passes from dy in the primitives' layouts: dy_data for the data pass (only when dx is
 /// wanted), dy_weights for the weights pass (bf16_weights_pass's where it applies, else oneDNN's).
-void run_backward(conv_plan& p, const conv_shape& s, const void* x, std::uint64_t forward_run, const void* w,
+void run_backward(conv_plan& p, const conv_shape& s, const conv_input& x, std::uint64_t forward_run, const void* w,
                   const dnnl::memory& dy_data, const dnnl::memory& dy_weights, float* dx, float* dw, float* db);
 
 // ---- a few images at a time (conv_onednn_chunks.cpp)
