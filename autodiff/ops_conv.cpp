@@ -84,7 +84,7 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         if (const auto first = first_layer_pass(g, r); first && alpha == 1.0f) { // oneDNN's bits, faster
             detail::first_layer_forward(*first, floats_of(x, widened_x), floats_of(w, widened_w), b, wide);
         } else {
-            run = detail::onednn_conv_forward(onednn_shape(g, r), onednn_operand(x, r, widened_x),
+            run = detail::onednn_conv_forward(onednn_shape(g, r, x.dtype()), onednn_input(x, r, widened_x),
                                               onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
         }
         if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // y is written
@@ -134,7 +134,7 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
         onednn_backward(g, d, [&](float* dx) {
             const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
             detail::onednn_conv_backward(
-                onednn_shape(g, r), [&] { return onednn_operand(x, r, widened_x); }, forward_run,
+                onednn_shape(g, r, x.dtype()), [&] { return onednn_input(x, r, widened_x); }, forward_run,
                 onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), dx, d.dw, d.db);
         });
         break;

@@ -10,7 +10,8 @@
 ///   float32), chunks keeping the column matrix at about 1 MiB;
 /// - im2col_onednn: the same, with oneDNN's sgemm in place of OpenBLAS's;
 /// - onednn: oneDNN's convolution primitives, on bfloat16 values as they are at the avx512_bf16 level
-///   and above, on float32 values (float16 and bfloat16 widened) otherwise.
+///   and above, on float32 values (float16 and bfloat16 widened, exactly) otherwise: a bfloat16 input is
+///   widened by the reorder into the primitives' layout, in the same pass.
 /// bfloat16 convolutions at the avx512_bf16 level and above multiply their bfloat16 operands in oneDNN on
 /// both im2col routes.
 /// ConvBackend::automatic takes oneDNN's primitives from the avx512 level up (bfloat16 operands as they

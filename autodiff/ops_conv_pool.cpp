@@ -227,7 +227,7 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
             break;
         }
         out.onednn_run = detail::onednn_conv_forward_images(
-            onednn_shape(g, r), onednn_operand(x, r, widened_x), onednn_operand(w, r, widened_w), b,
+            onednn_shape(g, r, x.dtype()), onednn_input(x, r, widened_x), onednn_operand(w, r, widened_w), b,
             [&](std::size_t n, float* v, std::size_t block) { images.onednn(n, v, block); });
         break;
     case route::im2col_bf16:
@@ -327,7 +327,7 @@ void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const T
         if (rounding) commit(*d.dx, n * image, values, image, *rounding);
     };
     detail::onednn_conv_backward_images(
-        onednn_shape(g, r), [&] { return onednn_operand(x, r, widened_x); }, forward_run,
+        onednn_shape(g, r, x.dtype()), [&] { return onednn_input(x, r, widened_x); }, forward_run,
         onednn_operand(w, r, widened_w),
         [&](std::size_t n, void* dst, std::size_t block) {
             const auto put = [&]<class T>(T) {

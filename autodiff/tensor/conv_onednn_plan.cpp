@@ -38,9 +38,9 @@ std::uint64_t next_run() {
 
 dt operand_type(conv_operands t) { return t == conv_operands::bf16 ? dt::bf16 : dt::f32; }
 
-/// The plain layout `t` of `f32_plain`'s dimensions, holding the operand type.
-dnnl::memory::desc operand_plain(const conv_shape& s, const dnnl::memory::desc& f32_plain, tag t) {
-    return dnnl::memory::desc(f32_plain.dims(), operand_type(s.operands), t);
+/// The plain layout `t` of `f32_plain`'s dimensions, holding `type`.
+dnnl::memory::desc plain(conv_operands type, const dnnl::memory::desc& f32_plain, tag t) {
+    return dnnl::memory::desc(f32_plain.dims(), operand_type(type), t);
 }
 
 conv_plan make_plan(const conv_shape& s, bool has_bias) {
@@ -50,8 +50,8 @@ conv_plan make_plan(const conv_shape& s, bool has_bias) {
     dnnl::convolution_forward::primitive_desc pd(fd, engine());
     conv_plan p{pd, dnnl::convolution_forward(pd), {}, {}, {}, has_bias, d.b, false, {}, {}, {}, {}, {}, {}, {}, {}, {},
                 {}};
-    p.fx.emplace(operand_plain(s, d.x, tag::nchw), pd.src_desc(), true);
-    p.fw.emplace(operand_plain(s, d.w, tag::oihw), pd.weights_desc(), true);
+    p.fx.emplace(plain(s.x_holds, d.x, tag::nchw), pd.src_desc(), true);
+    p.fw.emplace(plain(s.operands, d.w, tag::oihw), pd.weights_desc(), true);
     p.fy.emplace(d.y, pd.dst_desc(), false);
     return p;
 }
@@ -69,17 +69,17 @@ void make_backward(conv_plan& p, const conv_shape& s) {
     const dnnl::convolution_backward_weights::primitive_desc bwpd(bwd, engine(), p.fwd_pd);
     p.bwd_data = dnnl::convolution_backward_data(bdpd);
     p.bwd_weights = dnnl::convolution_backward_weights(bwpd);
-    p.ddy.emplace(operand_plain(s, d.y, tag::nchw), bdpd.diff_dst_desc(), true);
-    p.dw_w.emplace(operand_plain(s, d.w, tag::oihw), bdpd.weights_desc(), true);
+    p.ddy.emplace(plain(s.operands, d.y, tag::nchw), bdpd.diff_dst_desc(), true);
+    p.dw_w.emplace(plain(s.operands, d.w, tag::oihw), bdpd.weights_desc(), true);
     p.ddx.emplace(d.x, bdpd.diff_src_desc(), false);
-    p.wx.emplace(operand_plain(s, d.x, tag::nchw), bwpd.src_desc(), true);
-    p.wdy.emplace(operand_plain(s, d.y, tag::nchw), bwpd.diff_dst_desc(), true);
+    p.wx.emplace(plain(s.x_holds, d.x, tag::nchw), bwpd.src_desc(), true);
+    p.wdy.emplace(plain(s.operands, d.y, tag::nchw), bwpd.diff_dst_desc(), true);
     p.wdw.emplace(d.w, bwpd.diff_weights_desc(), false);
     p.bwd_data_impl = bdpd.impl_info_str();
     p.backward_ready = true;
 }
 
-using key_t = std::array<std::size_t, 17>;
+using key_t = std::array<std::size_t, 18>;
 
 struct key_hash {
     std::size_t operator()(const key_t& k) const noexcept {
@@ -225,7 +225,8 @@ conv_plan& plan(const conv_shape& s, bool has_bias) {
                     s.padding[0],
                     s.padding[1],
                     has_bias ? 1u : 0u,
-                    static_cast<std::size_t>(s.operands)};
+                    static_cast<std::size_t>(s.operands),
+                    static_cast<std::size_t>(s.x_holds)};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_plan(s, has_bias)).first;
     return it->second;

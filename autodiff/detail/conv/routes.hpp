@@ -66,27 +66,37 @@ inline std::optional<detail::first_layer_shape> first_layer_pass(const geometry&
     return s;
 }
 
-inline detail::conv_shape onednn_shape(const geometry& g, route r) {
+/// oneDNN's shape on route r for an input of dtype x_dtype: a bfloat16 x goes to oneDNN as it is on either
+/// route (onednn_input()), and on the float32 one the reorder into the primitives' layout widens it.
+inline detail::conv_shape onednn_shape(const geometry& g, route r, Dtype x_dtype) {
     const auto& o = g.opt;
-    return {g.n,
-            g.c,
-            g.h,
-            g.w,
-            g.o,
-            g.kh,
-            g.kw,
-            g.ho,
-            g.wo,
-            {o.stride[0], o.stride[1]},
-            {o.dilation[0], o.dilation[1]},
-            {o.padding[0], o.padding[1]},
-            r == route::onednn_bf16 ? detail::conv_operands::bf16 : detail::conv_operands::f32};
+    detail::conv_shape s{g.n,
+                         g.c,
+                         g.h,
+                         g.w,
+                         g.o,
+                         g.kh,
+                         g.kw,
+                         g.ho,
+                         g.wo,
+                         {o.stride[0], o.stride[1]},
+                         {o.dilation[0], o.dilation[1]},
+                         {o.padding[0], o.padding[1]},
+                         r == route::onednn_bf16 ? detail::conv_operands::bf16 : detail::conv_operands::f32};
+    if (x_dtype == Dtype::bfloat16) s.x_holds = detail::conv_operands::bf16;
+    return s;
 }
 
 /// What oneDNN reads for t on route r: t's own bfloat16 values, or float32 ones (widened into scratch
 /// `slot` unless t is float32).
 inline const void* onednn_operand(const Tensor& t, route r, std::size_t slot) {
     return r == route::onednn_bf16 ? t.raw() : floats_of(t, slot);
+}
+
+/// What oneDNN reads for the input x on route r (onednn_shape()): a bfloat16 x's own values, else as
+/// onednn_operand().
+inline const void* onednn_input(const Tensor& x, route r, std::size_t slot) {
+    return x.dtype() == Dtype::bfloat16 ? x.raw() : onednn_operand(x, r, slot);
 }
 
 /// The backward pass on a oneDNN route into d: run(dx) runs oneDNN's, which writes dx's float32 sums at

@@ -15,10 +15,13 @@ enum class conv_operands : unsigned char { f32, bf16 };
 struct conv_shape {
     std::size_t n, c, h, w, o, kh, kw, ho, wo, stride[2], dilation[2], padding[2];
     conv_operands operands;
+    /// What x holds, when not `operands`: bfloat16 for float32 primitives, which oneDNN's reorder of x into
+    /// their layout widens (exactly) in the same pass.
+    conv_operands x_holds = operands;
 };
 
-/// x, w, dy hold s.operands (NCHW / OIHW); bias (or null), y, dx (or null: not computed), dw, db (or
-/// null) float32, written whole. oneDNN never rounds here: the caller rounds each result once.
+/// x holds s.x_holds, w and dy s.operands (NCHW / OIHW); bias (or null), y, dx (or null: not computed), dw, db
+/// (or null) float32, written whole. oneDNN never rounds here: the caller rounds each result once.
 /// A forward pass returns a number for its run (0 when its primitive reads x as x lies): handed to the
 /// backward pass of the same x, on the same thread, it lets the weights pass read x as the forward
 /// reordered it, when no pass of that shape has run in between (else x is reordered again; 0: always).
