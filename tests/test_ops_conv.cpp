@@ -642,7 +642,7 @@ BOOST_AUTO_TEST_CASE(first_layer_weights_with_infinite_inputs) {
 }
 
 // oneDNN's weights pass reads x as the forward pass reordered it when no pass of that shape ran in
-// between, else x reordered again (float16's widened first, then only): a forward pass of b between a's
+// between, else x reordered again (a float16 x widened only then): a forward pass of b between a's
 // forward and backward passes leaves each input the gradient it gets alone, bit for bit (and would give
 // a's the gradient of b's x if the reordered x were reused regardless).
 BOOST_AUTO_TEST_CASE(interleaved_passes_keep_their_own_inputs) {
