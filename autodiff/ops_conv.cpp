@@ -84,8 +84,9 @@ Tensor run_forward(const geometry& g, route r, const Tensor& x, const Tensor& w,
         if (const auto first = first_layer_pass(g, r); first && alpha == 1.0f) { // oneDNN's bits, faster
             detail::first_layer_forward(*first, floats_of(x, widened_x), floats_of(w, widened_w), b, wide);
         } else {
-            run = detail::onednn_conv_forward(onednn_shape(g, r, x.dtype()), onednn_input(x, r, widened_x),
-                                              onednn_operand(w, r, widened_w), alpha == 1.0f ? b : nullptr, wide);
+            const detail::conv_shape s = onednn_shape(g, r, x.dtype());
+            run = detail::onednn_conv_forward(s, onednn_input(x, s, widened_x), onednn_operand(w, r, widened_w),
+                                              alpha == 1.0f ? b : nullptr, wide);
         }
         if (alpha == 1.0f && !g.opt.relu && y.dtype() == Dtype::float32) break; // y is written
         finish_images(y, wide, g.n, relu_d, [&](float* v) {
@@ -133,9 +134,10 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     case route::onednn_f32:
         onednn_backward(g, d, [&](float* dx) {
             const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
+            const detail::conv_shape s = onednn_shape(g, r, x.dtype());
             detail::onednn_conv_backward(
-                onednn_shape(g, r, x.dtype()), [&] { return onednn_input(x, r, widened_x); }, forward_run,
-                onednn_operand(w, r, widened_w), onednn_operand(dz, r, widened_other), dx, d.dw, d.db);
+                s, [&] { return onednn_input(x, s, widened_x); }, forward_run, onednn_operand(w, r, widened_w),
+                onednn_operand(dz, r, widened_other), dx, d.dw, d.db);
         });
         break;
     case route::im2col_bf16:

@@ -226,9 +226,12 @@ pooled_result pooled_forward(const geometry& g, route r, const Tensor& x, const 
                                        out.y.dtype(), out.y.raw(), out.idx.get());
             break;
         }
-        out.onednn_run = detail::onednn_conv_forward_images(
-            onednn_shape(g, r, x.dtype()), onednn_input(x, r, widened_x), onednn_operand(w, r, widened_w), b,
-            [&](std::size_t n, float* v, std::size_t block) { images.onednn(n, v, block); });
+        {
+            const detail::conv_shape s = onednn_shape(g, r, x.dtype());
+            out.onednn_run = detail::onednn_conv_forward_images(
+                s, onednn_input(x, s, widened_x), onednn_operand(w, r, widened_w), b,
+                [&](std::size_t n, float* v, std::size_t block) { images.onednn(n, v, block); });
+        }
         break;
     case route::im2col_bf16:
         im2col_forward(g, x, w.data<bfloat16>().data(), b, 1.0f, false, images);
@@ -326,9 +329,9 @@ void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const T
         }
         if (rounding) commit(*d.dx, n * image, values, image, *rounding);
     };
+    const detail::conv_shape s = onednn_shape(g, r, x.dtype());
     detail::onednn_conv_backward_images(
-        onednn_shape(g, r, x.dtype()), [&] { return onednn_input(x, r, widened_x); }, forward_run,
-        onednn_operand(w, r, widened_w),
+        s, [&] { return onednn_input(x, s, widened_x); }, forward_run, onednn_operand(w, r, widened_w),
         [&](std::size_t n, void* dst, std::size_t block) {
             const auto put = [&]<class T>(T) {
                 if (block) return source(T{}).put_blocked(n, static_cast<T*>(dst), block);

@@ -93,10 +93,10 @@ inline const void* onednn_operand(const Tensor& t, route r, std::size_t slot) {
     return r == route::onednn_bf16 ? t.raw() : floats_of(t, slot);
 }
 
-/// What oneDNN reads for the input x on route r (onednn_shape()): a bfloat16 x's own values, else as
-/// onednn_operand().
-inline const void* onednn_input(const Tensor& x, route r, std::size_t slot) {
-    return x.dtype() == Dtype::bfloat16 ? x.raw() : onednn_operand(x, r, slot);
+/// What oneDNN reads for the input x of shape s (onednn_shape() for x's dtype): x's own bfloat16 values
+/// where s says x holds them, else float32 ones (widened into scratch `slot` unless x is float32).
+inline const void* onednn_input(const Tensor& x, const detail::conv_shape& s, std::size_t slot) {
+    return s.x_holds == detail::conv_operands::bf16 ? x.raw() : floats_of(x, slot);
 }
 
 /// The backward pass on a oneDNN route into d: run(dx) runs oneDNN's, which writes dx's float32 sums at
