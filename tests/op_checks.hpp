@@ -5,6 +5,8 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -35,6 +37,22 @@ inline void check_gradients(const std::string& name, const mixprec::autodiff::Fu
     BOOST_TEST(h.passed, name << " float16: " << h.worst);
     const GradcheckResult b = gradcheck_against_float32(f, inputs, Dtype::bfloat16, bf16_tol, bf16_tol);
     BOOST_TEST(b.passed, name << " bfloat16: " << b.worst);
+}
+
+/// Whether a and b have one shape and dtype and the same bits in every element, a NaN matching any NaN:
+/// IEEE 754 leaves the sign and payload of a NaN result open, and of two NaN operands an add passes on
+/// the one the compiled code puts first (two threads' NaN partial sums of one convolution's dw, added in
+/// one order, came out with either sign depending on which caller the adding loop was compiled into).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+    if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+    const std::size_t n = a.shape().elements(), size = n ? a.nbytes() / n : 0;
+    const std::vector<float> fa = a.to_floats(), fb = b.to_floats();
+    const auto* pa = static_cast<const unsigned char*>(a.raw());
+    const auto* pb = static_cast<const unsigned char*>(b.raw());
+    for (std::size_t i = 0; i < n; ++i)
+        if (!(std::isnan(fa[i]) && std::isnan(fb[i])) && std::memcmp(pa + i * size, pb + i * size, size) != 0)
+            return false;
+    return true;
 }
 
 /// True when f throws E whose message contains every one of `parts`.
