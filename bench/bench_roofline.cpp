@@ -3,7 +3,9 @@
 // Roof: every thread advances 12 independent chains of vector FMAs (acc = acc·a + b), enough to keep two FMA
 // pipes of latency 4-6 busy, at the widest width the CPU has: AVX-512 (vfmadd…ps zmm) where it has avx512f,
 // else AVX2 + FMA (ymm), chosen at run time. Where it has avx512_bf16, also vdpbf16ps (two bfloat16
-// multiply-adds into each float32 lane). 1 FMA = 2 FLOP. Measured on one thread and on all of them (an OpenMP
+// multiply-adds into each float32 lane); where it has AMX (amx_bf16, and Linux lets the process use the tile
+// registers), also tdpbf16ps (a 16 × 32 by 32 × 16 bfloat16 tile product added into a 16 × 16 float32 tile,
+// four independent accumulator tiles), the instruction oneDNN's bfloat16 kernels use there. 1 FMA = 2 FLOP. Measured on one thread and on all of them (an OpenMP
 // region, omp_get_max_threads() threads, each with its own chains): once at start (best of 5 runs of 50 ms, the
 // figure the models are held against) and as benchmarks of their own.
 //
@@ -16,7 +18,7 @@
 // OpenBLAS and oneDNN offer for its shape, for the models whose products are Dense and Conv2D layers (mlp, cnn):
 // the share of the roof a step built on these libraries could reach if nothing else in it cost anything.
 //
-// Names: roof/<float32|bfloat16>/<avx512|avx2|avx512_bf16>/<threads>, train_step/<model>/<precision>,
+// Names: roof/<float32|bfloat16>/<avx512|avx2|avx512_bf16|amx_bf16>/<threads>, train_step/<model>/<precision>,
 // ceiling/<mlp|cnn>/float32.
 // Threads for the steps: MIXPREC_BENCH_THREADS if set, else every hardware thread; the roof is also measured
 // at that count, and roof_share divides by the roof at the same count (measured at start); roof_around_share
@@ -31,9 +33,12 @@
 #include <immintrin.h>
 #include <malloc.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -100,14 +105,65 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(std::int64_t i
     return lanes[0] + lanes[15];
 }
 
+/// The tile layout of amx_chains: palette 1, tiles 0-7 of 16 rows of 64 bytes (16 float32 or 32 bfloat16).
+struct alignas(64) TileConfig {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {};
+    std::uint8_t rows[16] = {};
+};
+
+/// Whether this process may use AMX's tile registers: the CPU has amx_bf16 and Linux grants the request
+/// for them (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), which it needs once per process.
+bool amx_usable() {
+    constexpr long request_permission = 0x1023, tile_data = 18;
+    static const bool usable =
+        __builtin_cpu_supports("amx-bf16") && syscall(SYS_arch_prctl, request_permission, tile_data) == 0;
+    return usable;
+}
+
+/// Four accumulator tiles (0-3) each taking a tile product per iteration, from two A tiles (4, 5) and two B
+/// tiles (6, 7) of bfloat16 2^-10: each product adds 32 · 2^-20 to every element, so the sums stay normal.
+__attribute__((target("amx-tile,amx-bf16"))) float amx_chains(std::int64_t iterations) {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+        config.rows[t] = 16;
+        config.bytes_per_row[t] = 64;
+    }
+    _tile_loadconfig(&config);
+    alignas(64) std::uint16_t operand[16 * 32];
+    std::fill(std::begin(operand), std::end(operand), std::uint16_t{0x3a80});
+    _tile_loadd(4, operand, 64);
+    _tile_loadd(5, operand, 64);
+    _tile_loadd(6, operand, 64);
+    _tile_loadd(7, operand, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (std::int64_t i = 0; i < iterations; ++i) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    alignas(64) float sums[4][16 * 16];
+    _tile_stored(0, sums[0], 64);
+    _tile_stored(1, sums[1], 64);
+    _tile_stored(2, sums[2], 64);
+    _tile_stored(3, sums[3], 64);
+    _tile_release();
+    return sums[0][0] + sums[1][17] + sums[2][34] + sums[3][255];
+}
+
 struct RoofKernel {
     std::string format;         ///< "float32" or "bfloat16"
-    std::string isa;            ///< "avx512", "avx2", "avx512_bf16"
+    std::string isa;            ///< "avx512", "avx2", "avx512_bf16", "amx_bf16"
     double flops_per_iteration; ///< per thread: chains × float32 lanes × multiply-adds per lane × 2
     float (*run)(std::int64_t iterations);
 };
 
-/// The widest float32 FMA the CPU has (none without AVX2 + FMA), and vdpbf16ps where it has avx512_bf16.
+/// The widest float32 FMA the CPU has (none without AVX2 + FMA), vdpbf16ps where it has avx512_bf16, and
+/// tdpbf16ps where the process may use AMX.
 std::vector<RoofKernel> roof_kernels() {
     std::vector<RoofKernel> kernels;
     if (__builtin_cpu_supports("avx512f"))
@@ -116,6 +172,7 @@ std::vector<RoofKernel> roof_kernels() {
         kernels.push_back({"float32", "avx2", chains * 8 * 2, fma_chains_avx2});
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"))
         kernels.push_back({"bfloat16", "avx512_bf16", chains * 16 * 2 * 2, dpbf16_chains});
+    if (amx_usable()) kernels.push_back({"bfloat16", "amx_bf16", 4 * 16 * 16 * 32 * 2, amx_chains});
     return kernels;
 }
 
@@ -242,7 +299,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const amp::Policy& policy) {
 /// The roofs at the steps' thread count, measured at start (0 where not measured), and the float32 kernel that
 /// measures that roof again around each repetition (the host's speed can change within a run).
 struct Roofs {
-    double float32 = 0, bfloat16 = 0;
+    double float32 = 0, bfloat16 = 0, amx = 0; // amx: tdpbf16ps
     std::optional<RoofKernel> float32_kernel;
     std::int64_t iterations = 0; ///< of the chains: about 10 ms on each thread
     int threads = 1;
@@ -307,6 +364,10 @@ void bm_train_step(benchmark::State& state, std::string model_name, std::string 
     if (roofs.bfloat16 > 0 && policy.compute_dtype() == autodiff::Dtype::bfloat16) {
         state.counters["bf16_roof_GFLOP/s"] = roofs.bfloat16;
         state.counters["bf16_roof_share"] = achieved / roofs.bfloat16;
+    }
+    if (roofs.amx > 0 && policy.compute_dtype() == autodiff::Dtype::bfloat16) {
+        state.counters["amx_roof_GFLOP/s"] = roofs.amx;
+        state.counters["amx_roof_share"] = achieved / roofs.amx;
     }
 }
 
@@ -379,13 +440,16 @@ int main(int argc, char** argv) {
     } else {
         benchmark::AddCustomContext("mixprec_avx512_bf16", "yes");
     }
-    std::map<std::pair<std::string, int>, double> roof; // (format, threads) → GFLOP/s at start
+    const bool amx = std::any_of(kernels.begin(), kernels.end(), [](const auto& k) { return k.isa == "amx_bf16"; });
+    if (!amx) std::printf("note: no AMX tiles for this process: the tdpbf16ps roof is not measured\n");
+    benchmark::AddCustomContext("mixprec_amx_bf16", amx ? "yes" : "no");
+    std::map<std::pair<std::string, int>, double> roof; // (isa, threads) → GFLOP/s at start
     for (const RoofKernel& k : kernels) {
         const std::int64_t iterations = iterations_for(k, 0.05);
         for (int t : std::set<int>{1, all_threads, threads}) {
             double best = 0;
             for (int run = 0; run < 5; ++run) best = std::max(best, timed_gflops(k, t, iterations));
-            roof[{k.format, t}] = best;
+            roof[{k.isa, t}] = best;
             const std::string key = "mixprec_roof_" + k.format + "_" + k.isa + "_threads_" + std::to_string(t);
             benchmark::AddCustomContext(key, std::to_string(best));
             std::printf("roof %s (%s), %d thread%s: %.1f GFLOP/s\n", k.format.c_str(), k.isa.c_str(), t,
@@ -402,8 +466,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     Roofs roofs;
-    roofs.float32 = roof[{"float32", threads}];
-    roofs.bfloat16 = roof[{"bfloat16", threads}];
+    if (!kernels.empty() && kernels[0].format == "float32") roofs.float32 = roof[{kernels[0].isa, threads}];
+    roofs.bfloat16 = roof[{"avx512_bf16", threads}];
+    roofs.amx = roof[{"amx_bf16", threads}];
     if (!kernels.empty() && kernels[0].format == "float32") {
         roofs.float32_kernel = kernels[0];
         roofs.iterations = iterations_for(kernels[0], 0.01);

@@ -15,7 +15,8 @@ Rows without a floor (portable conversion path, bfloat16 with a forced backend) 
 
 bench_roofline has no floor: its tables show the measured FMA roof per thread count, and each model's
 training step (ms, GFLOP per step counted from the model's products, GFLOP/s) as a share of the float32
-roof at the step's thread count (and of the bfloat16 roof for mixed_bfloat16 where the CPU has one).
+roof at the step's thread count (and, for mixed_bfloat16, of the bfloat16 roofs the CPU has: vdpbf16ps, and
+AMX's tdpbf16ps where the process may use the tiles).
 """
 
 import json
@@ -242,11 +243,15 @@ def roofline_table(samples):
     keys = sorted((k for k in samples if k[0] in ("train_step", "ceiling")),
                   key=lambda k: (MODEL_ORDER.get(k[1], 9), k[1], PRECISION_ORDER.get(k[2], 9), k[2], k[0] == "ceiling"))
     bf16 = any("bf16_roof_GFLOP/s" in r for k in keys for r in samples[k])
+    amx = any("amx_roof_GFLOP/s" in r for k in keys for r in samples[k])
     head = ("| model | precision | threads | ms per step | GFLOP/step | GFLOP/s | roof GFLOP/s | share of roof | "
             "share of the roof around it |")
     rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     if bf16:
         head += " bf16 roof GFLOP/s | share of bf16 roof |"
+        rule += "---:|---:|"
+    if amx:
+        head += " AMX roof GFLOP/s | share of AMX roof |"
         rule += "---:|---:|"
     print(head + " skipped steps |")
     print(rule + "---:|")
@@ -265,6 +270,9 @@ def roofline_table(samples):
         if bf16:
             broof = runs[0].get("bf16_roof_GFLOP/s")
             line += f" {broof:.1f} | {gflops / broof:.3f} |" if broof else " | |"
+        if amx:
+            aroof = runs[0].get("amx_roof_GFLOP/s")
+            line += f" {aroof:.1f} | {gflops / aroof:.3f} |" if aroof else " | |"
         print(line + f" {skipped if skipped == 0 else f'**{skipped}**'} |")
         if skipped:
             flagged.append(f"{key[1]} {key[2]}: {skipped} skipped steps while timed (a skipped step does less work)")
