@@ -15,10 +15,12 @@ elsewhere on the machine spreads over both sides (every second repeat runs PyTor
     /usr/bin/python3 bench/compare_torch.py --trainer build/examples/mixprec-train --repeats 3
     /usr/bin/python3 bench/compare_torch.py --load-core ...   # the same with one core kept busy
 
-Figures: mixprec's samples/s is the trainer's own (training examples over training time, evaluation and
-logging excluded) over all its --warmup + --steps steps, the first ones included; PyTorch's is over --steps
-steps after --warmup untimed ones, which also hold torch.compile's compilation (its time is reported
-separately in the JSON). Same data, batch, seed and optimizer (mixprec-train's default: Adam, lr 1e-3).
+Figures: both sides are timed over the same --steps steps after --warmup untimed ones: PyTorch's from its
+wall clock around them (the warm-up also holds torch.compile's compilation, whose time is reported separately
+in the JSON), mixprec's from its log's per-step training time ("seconds": evaluation and logging excluded),
+the trainer running --warmup + --steps steps. The trainer's own figure over every step, its first ones
+(oneDNN's primitives made and JIT-compiled, buffers first touched) included, is kept in the JSON as
+samples_per_second_all_steps. Same data, batch, seed and optimizer (mixprec-train's default: Adam, lr 1e-3).
 Each side and thread count is summarized over the repeats by --statistic (median by default); PyTorch is
 reported at its best thread count of --torch-threads (eager and compiled each at their own best, with one
 inter-op thread), mixprec at its default (every core) or at its best of --mixprec-threads. Peak RSS is the
@@ -49,6 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TORCH_SCRIPT = os.path.join(HERE, "torch_fashion.py")
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+FASHION_TRAIN = 60000  # training examples in Fashion-MNIST: the first epoch's full batches
 DEFAULT_VENV = os.environ.get("MIXPREC_BENCH_VENV") or os.path.join(os.path.expanduser("~"), "venvs",
                                                                     "mixprec-bench")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "mixed_cbfloat16")
@@ -119,12 +122,21 @@ def busy_core(enabled):
         proc.wait()
 
 
-def last_json_line(path):
+def json_lines(path):
     with open(path) as f:
-        lines = [line for line in f if line.strip()]
-    if not lines:
+        records = [json.loads(line) for line in f if line.strip()]
+    if not records:
         raise ValueError(f"{path} is empty")
-    return json.loads(lines[-1])
+    return records
+
+
+def timed_samples_per_second(records, warmup, steps, batch_size):
+    """mixprec's samples/s over the steps after the first `warmup` (full batches of `batch_size`), from the
+    log's per-step training time, or None when the log does not have them all."""
+    seconds = [r.get("seconds") for r in records if "step" in r and r["step"] > warmup]
+    if len(seconds) != steps or any(not isinstance(t, (int, float)) or t <= 0 for t in seconds):
+        return None
+    return steps * batch_size / sum(seconds)
 
 
 def run_mixprec(args, model, precision, threads):
@@ -145,14 +157,25 @@ def run_mixprec(args, model, precision, threads):
             log(f"  {name} failed (exit status {proc.returncode}): {proc.stderr.strip()[-500:]}")
             return None
         try:
-            end = last_json_line(log_file)
+            records = json_lines(log_file)
         except (OSError, ValueError) as e:
             log(f"  {name}: cannot read its log: {e}")
             return None
+        end = records[-1]
         if end.get("event") != "end":
             log(f"  {name}: the log's last line is not the end event: {end}")
             return None
-        return dict(end, model=model, precision=precision, threads=threads)
+        result = dict(end, model=model, precision=precision, threads=threads,
+                      samples_per_second_all_steps=end.get("samples_per_second"))
+        if not args.epochs:  # the steps PyTorch times: after the warm-up, in one epoch (full batches)
+            if args.warmup + args.steps > FASHION_TRAIN // args.batch_size:
+                log(f"  {name}: --warmup + --steps runs past the first epoch; its figure is over every step")
+            else:
+                timed = timed_samples_per_second(records, args.warmup, args.steps, args.batch_size)
+                if timed is None:
+                    log(f"  {name}: its log lacks the timed steps' times; its figure is over every step")
+                result["samples_per_second"] = timed or result["samples_per_second"]
+        return result
 
 
 def run_torch(args, model, modes):
@@ -296,7 +319,8 @@ def main():
     print(f"- Load: {load}")
     print(f"- Date: {meta['date']}; mixprec commit {meta['mixprec_commit']}")
     print(f"- Batch {args.batch_size}, "
-          + (f"{args.epochs} epoch(s)" if accuracy else f"{args.steps} timed steps after {args.warmup} warm-up")
+          + (f"{args.epochs} epoch(s)" if accuracy
+             else f"{args.steps} timed steps after {args.warmup} warm-up on both sides")
           + f", {args.statistic} of {args.repeats} interleaved repeats; ratios are mixprec's samples/s ÷ PyTorch's"
           " (above 1: mixprec faster), RSS ratio mixprec's peak ÷ PyTorch eager's; (N t): the winning thread count\n")
     head = ["model", "precision", "mixprec samples/s", "torch eager samples/s", "ratio vs eager",

@@ -16,6 +16,7 @@
 #include "policy_guard.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -312,11 +313,13 @@ BOOST_AUTO_TEST_CASE(json_lines_log_has_a_line_per_step_and_epoch_and_an_end) {
     models::Sequential model = small_model();
     auto opt = scaled_adam();
     models::TrainingState state;
+    double logger_samples_per_second = 0;
     {
         models::JsonLinesLogger logger(path);
         models::FitOptions options{.epochs = 2, .batch_size = 16, .validation = &test, .callbacks = {&logger}};
         inject_inf_at({3}, options);
         models::fit(model, *opt, train, state, options);
+        logger_samples_per_second = logger.summary().samples_per_second;
         BOOST_TEST(logger.summary().steps == 8);
         BOOST_TEST(logger.summary().skipped_steps == 1);
         BOOST_TEST(logger.summary().peak_rss_mib > 1.0);
@@ -329,6 +332,17 @@ BOOST_AUTO_TEST_CASE(json_lines_log_has_a_line_per_step_and_epoch_and_an_end) {
     BOOST_REQUIRE(lines.size() == 8u + 2u + 1u);
     BOOST_TEST(lines[0].rfind("{\"step\":1,\"epoch\":1,\"loss\":", 0) == 0);
     BOOST_TEST(lines[2].find("\"skipped\":true,\"grad_norm\":null") != std::string::npos);
+    // each step's training time, and together (with the epochs' logging and evaluation left out) the
+    // summary's clock: its samples per second
+    double step_seconds = 0;
+    for (std::size_t i : {0, 1, 2, 3, 5, 6, 7, 8}) {
+        const std::size_t at = lines[i].find(",\"seconds\":");
+        BOOST_TEST_REQUIRE(at != std::string::npos, lines[i]);
+        const double seconds = std::strtod(lines[i].c_str() + at + 11, nullptr);
+        BOOST_TEST(seconds > 0.0);
+        step_seconds += seconds;
+    }
+    BOOST_TEST(logger_samples_per_second == 8 * 16 / step_seconds, boost::test_tools::tolerance(1e-6));
     BOOST_TEST(lines[4].rfind("{\"event\":\"epoch\",\"epoch\":1,\"train_loss\":", 0) == 0);
     BOOST_TEST(lines[4].find("\"test_accuracy\":") != std::string::npos);
     BOOST_TEST(lines[10].rfind("{\"event\":\"end\",\"steps\":8,\"skipped_steps\":1,", 0) == 0);

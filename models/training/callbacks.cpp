@@ -254,7 +254,8 @@ std::string digests_json(const std::vector<std::uint64_t>& digests) {
 } // namespace
 
 void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
-    training_time_ += Clock::now() - step_start_;
+    const Clock::duration step_time = Clock::now() - step_start_;
+    training_time_ += step_time;
     examples_ += static_cast<std::int64_t>(logs.batch_size);
     if (out_.is_open())
         out_ << "{\"step\":" << logs.step << ",\"epoch\":" << logs.epoch + 1 << ",\"loss\":" << json_number(logs.loss)
@@ -262,6 +263,7 @@ void JsonLinesLogger::on_step_end(FitContext&, const StepLogs& logs) {
              << ",\"skipped\":" << (logs.skipped ? "true" : "false")
              << ",\"grad_norm\":" << json_number(logs.gradient_norm)
              << ",\"learning_rate\":" << json_number(logs.learning_rate)
+             << ",\"seconds\":" << json_number(std::chrono::duration<double>(step_time).count())
              << (logs.telemetry ? ",\"telemetry\":" + telemetry_json(*logs.telemetry) : std::string())
              << digests_json(logs.rank_digests) << "}\n";
     if (!logs.rank_digests.empty()) summary_.rank_digests = logs.rank_digests;
