@@ -94,21 +94,24 @@ struct pooled_2x2 {
             return round_trip<S>(x);
         }
     }
-    /// Image n's windows from v, laid out in blocks of `block` channels (8 or 16), each value taken as
-    /// value(v[…]).
+    /// Image n's windows from v, laid out by `block` (8 or 16 channels a block, or channels last: block =
+    /// g.o, a multiple of 16), each value taken as value(v[…]).
     template <class Value>
     void pool_blocked(std::size_t n, const float* v, std::size_t block, Value value) {
         pool(n, [&](float* pooled_values) {
             const std::size_t l = g.l(), out = (g.ho / 2) * (g.wo / 2);
             const auto first = static_cast<std::uint32_t>(n * g.o * l);
-            const auto blocks = [&]<std::size_t B>(std::integral_constant<std::size_t, B>) {
+            // B channels at a time, the first of channel o at v + o · at_o
+            const auto blocks = [&]<std::size_t B>(std::integral_constant<std::size_t, B>, std::size_t at_o) {
                 for (std::size_t o = 0; o < g.o; o += B)
-                    detail::argmax_2x2_blocked<B>(
-                        v + o * l, g.ho, g.wo, std::min(B, g.o - o), first + static_cast<std::uint32_t>(o * l),
-                        static_cast<std::uint32_t>(l), idx + (n * g.o + o) * out, pooled_values + o * out, value);
+                    detail::argmax_2x2_blocked<B>(v + o * at_o, block, g.ho, g.wo, std::min(B, g.o - o),
+                                                  first + static_cast<std::uint32_t>(o * l),
+                                                  static_cast<std::uint32_t>(l), idx + (n * g.o + o) * out,
+                                                  pooled_values + o * out, value);
             };
-            if (block == 16) return blocks(std::integral_constant<std::size_t, 16>{});
-            blocks(std::integral_constant<std::size_t, 8>{});
+            if (block == 16) return blocks(std::integral_constant<std::size_t, 16>{}, l);
+            if (block == 8) return blocks(std::integral_constant<std::size_t, 8>{}, l);
+            blocks(std::integral_constant<std::size_t, 16>{}, 1); // channels last
         });
     }
     /// pool_into(values) writes image n's pooled values, plane by plane, at `values`; stored into y.

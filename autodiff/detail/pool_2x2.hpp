@@ -82,7 +82,8 @@ inline void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std
 }
 
 /// argmax_2x2_row's windows for every channel of a block of B, in a channel-blocked layout (oneDNN's
-/// aBcd8b and aBcd16b): element (c, i, j) of the block's h × w planes at v[(i·w + j)·B + c], taken as
+/// aBcd8b and aBcd16b, `stride` = B) or B channels of a channels-last one (acdb, `stride` = the channel
+/// count): element (c, i, j) of the block's h × w planes at v[(i·w + j)·stride + c], taken as
 /// value(v[…]) (the pass's ReLU and rounding, applied on the way). Channel c's window (i, j) puts its value
 /// at max[c·out + i·(w/2) + j] and its index at idx[c·out + i·(w/2) + j]: base + c·plane (its plane's first
 /// index) + its index in the plane, out = (h/2)·(w/2). Channels [0, channels) are written (a last block
@@ -90,7 +91,7 @@ inline void argmax_2x2_row(const float* r0, const float* r1, std::size_t wo, std
 /// The windows go in tiles of 16; with B = 16 a tile's results are transposed so that each channel stores
 /// its 16 as one run, instead of one element at a time.
 template <std::size_t B, class Value>
-[[gnu::always_inline]] inline void argmax_2x2_blocked(const float* v, std::size_t h, std::size_t w,
+[[gnu::always_inline]] inline void argmax_2x2_blocked(const float* v, std::size_t stride, std::size_t h, std::size_t w,
                                                       std::size_t channels, std::uint32_t base, std::uint32_t plane,
                                                       std::uint32_t* idx, float* max, Value value) {
     constexpr std::size_t tile = 16;
@@ -103,13 +104,14 @@ template <std::size_t B, class Value>
         using row = std::conditional_t<B == 16, u32x16, std::uint32_t[B]>;
         alignas(64) row best[tile], at[tile];
         for (std::size_t t = 0; t < windows; ++t) {
-            const float* r0 = v + (2 * i * w + 2 * j) * B;
-            const float* r1 = r0 + w * B;
+            const float* r0 = v + (2 * i * w + 2 * j) * stride;
+            const float* r1 = r0 + w * stride;
             const auto first = base + static_cast<std::uint32_t>(2 * i * w + 2 * j);
             for (std::size_t c = 0; c < B; ++c) {
                 float m;
-                at[t][c] = first + static_cast<std::uint32_t>(c) * plane +
-                           window_argmax(value(r0[c]), value(r0[B + c]), value(r1[c]), value(r1[B + c]), w32, m);
+                at[t][c] =
+                    first + static_cast<std::uint32_t>(c) * plane +
+                    window_argmax(value(r0[c]), value(r0[stride + c]), value(r1[c]), value(r1[stride + c]), w32, m);
                 best[t][c] = std::bit_cast<std::uint32_t>(m);
             }
             if (++j == wo) j = 0, ++i;

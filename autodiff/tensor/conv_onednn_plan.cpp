@@ -149,6 +149,8 @@ std::size_t channel_block(const dnnl::memory::desc& batch) {
     if (batch.dims().size() != 4) return 0;
     for (const auto& [block, layout] : {std::pair{16, tag::aBcd16b}, std::pair{8, tag::aBcd8b}})
         if (batch == dnnl::memory::desc(batch.dims(), batch.data_type(), layout)) return block;
+    const auto channels = static_cast<std::size_t>(batch.dims()[1]);
+    if (channels % 16 == 0 && batch == dnnl::memory::desc(batch.dims(), batch.data_type(), tag::acdb)) return channels;
     return 0;
 }
 

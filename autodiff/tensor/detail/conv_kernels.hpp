@@ -34,7 +34,8 @@ void onednn_conv_backward(const conv_shape& s, const conv_input& x, std::uint64_
 
 /// How an image's values (O, Ho, Wo) lie in memory, by `block`: 0 for plain; else in blocks of that many
 /// channels (8 or 16: oneDNN's aBcd8b and aBcd16b), element (o, i, j) at ((o / block)·Ho·Wo + i·Wo + j)·block
-/// + o % block, the channels padded with zeros to a multiple of block.
+/// + o % block, the channels padded with zeros to a multiple of block; block = O (a multiple of 16) is
+/// channels last (oneDNN's acdb, which its AMX kernels write and read): one block of every channel.
 
 /// onednn_conv_forward with y handed over image by image instead of written whole: image(n, v, block) gets
 /// image n's float32 results in v, to use and overwrite, laid out by block (as the primitive wrote them,

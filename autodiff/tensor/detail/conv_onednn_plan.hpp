@@ -43,7 +43,7 @@ std::size_t image_bytes(const dnnl::memory::desc& batch);
 /// The first `images` images of `batch`, as a memory of their own.
 dnnl::memory::desc first_images(const dnnl::memory::desc& batch, std::size_t images);
 /// The channels' block of a layout of a batch (conv_kernels.hpp): 16 or 8 for oneDNN's aBcd16b and
-/// aBcd8b, else 0.
+/// aBcd8b, the channel count for channels last (acdb) when it is a multiple of 16, else 0.
 std::size_t channel_block(const dnnl::memory::desc& batch);
 /// Whether images can be reordered one by one between these layouts of a batch.
 bool by_image(const dnnl::memory::desc& a, const dnnl::memory::desc& b);
