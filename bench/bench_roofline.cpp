@@ -5,9 +5,10 @@
 // else AVX2 + FMA (ymm), chosen at run time. Where it has avx512_bf16, also vdpbf16ps (two bfloat16
 // multiply-adds into each float32 lane); where it has AMX (amx_bf16, and Linux lets the process use the tile
 // registers), also tdpbf16ps (a 16 × 32 by 32 × 16 bfloat16 tile product added into a 16 × 16 float32 tile,
-// four independent accumulator tiles), the instruction oneDNN's bfloat16 kernels use there. 1 FMA = 2 FLOP. Measured on one thread and on all of them (an OpenMP
-// region, omp_get_max_threads() threads, each with its own chains): once at start (best of 5 runs of 50 ms, the
-// figure the models are held against) and as benchmarks of their own.
+// four independent accumulator tiles), the instruction oneDNN's bfloat16 kernels use there. 1 FMA = 2 FLOP.
+// Measured on one thread and on all of them (an OpenMP region, omp_get_max_threads() threads, each with its
+// own chains): once at start (best of 5 runs of 50 ms, the figure the models are held against) and as
+// benchmarks of their own.
 //
 // Training step: the zoo's mlp, cnn and vit at batch 128 (mixprec-train's default) in float32, mixed_float16
 // and mixed_bfloat16, one models::train_step per iteration (forward, loss, backward through the tape, Adam

@@ -428,8 +428,8 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
 // argmax), that overflow (to infinity), that fall among the subnormals, and on NaN and infinite inputs, the
 // pooled outputs and every gradient are max_pool2d(conv2d(…))'s bit for bit (a NaN matching any NaN, as
 // same_bits says why), with and without the ReLU: on a first layer (conv_first_layer.hpp's pass from avx512
-// up, which rounds in registers) and on a layer of 16 channels (oneDNN's blocked results, float16 rounded in
-// a pass before the pooling).
+// up, which rounds in registers) and on a layer of 16 channels (oneDNN's blocked results, or channels last
+// where its bfloat16 kernels run on AMX; float16 rounded in a pass before the pooling).
 BOOST_AUTO_TEST_CASE(conv2d_max_pool_rounds_before_the_max) {
     const std::vector<std::pair<Shape, Shape>> shapes{{{2, 1, 20, 37}, {5, 1, 3, 3}}, {{2, 16, 9, 9}, {32, 16, 3, 3}}};
     // by bands of rows: values a bfloat16 step apart (sums apart in float32, often tied once rounded),

@@ -100,10 +100,11 @@ struct RunSummary {
 
 /// One JSON object per line: per step {"step","epoch","loss","loss_scale","skipped","grad_norm",
 /// "learning_rate","seconds" (the step's training time: from the end of the last step's logging, or of an
-/// evaluation, to the end of this step)}, "telemetry" (telemetry_json.hpp) on steps that recorded it and, in data-parallel
-/// training, "rank_digests" (every rank's state digest, 16 hex digits each), per epoch {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for
-/// every compiled metric, "test_loss" and "test_<metric>" with validation data, "seconds",
-/// "samples_per_second"} and, when training ends, {"event":"end", RunSummary's fields}. Epochs count from 1;
+/// evaluation, to the end of this step)}, "telemetry" (telemetry_json.hpp) on steps that recorded it and,
+/// in data-parallel training, "rank_digests" (every rank's state digest, 16 hex digits each), per epoch
+/// {"event":"epoch","epoch","train_loss","test_accuracy", "train_<metric>" for every compiled metric,
+/// "test_loss" and "test_<metric>" with validation data, "seconds", "samples_per_second"} and, when
+/// training ends, {"event":"end", RunSummary's fields}. Epochs count from 1;
 /// the loss is unscaled and loss_scale is the scale the step used; non-finite numbers are written as null.
 /// std::runtime_error naming the path if the file cannot be opened.
 class JsonLinesLogger final : public Callback {
