@@ -315,7 +315,7 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
 
 /// conv2d_max_pool's backward pass on a oneDNN route (r) into d: dy made image by image from `source`, and
 /// dx rounded image by image as oneDNN hands it over (d.dx_alpha is 1 here), an image in blocks of 16
-/// channels first laid out plain where it is stored (float32) or rounded from.
+/// channels or channels last first laid out plain where it is stored (float32) or rounded from.
 template <class Source>
 void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const Tensor& w, const Source& source,
                             std::uint64_t forward_run, conv_grads d) {
@@ -324,9 +324,9 @@ void pooled_backward_onednn(const geometry& g, route r, const Tensor& x, const T
     if (d.dx && d.dx->dtype() != Dtype::float32) rounding.emplace(*d.dx);
     const detail::conv_image_sink dx_image = [&](std::size_t n, float* v, std::size_t block) {
         float* values = v;
-        if (block) { // 16: laid out plain where dx is stored (float32) or rounded from
+        if (block) { // 16, or channels last: laid out plain where dx is stored (float32) or rounded from
             values = workspace(*d.dx, n * image, image, false);
-            detail::vectorized([&] { detail::unblock_16(v, g.c, g.h * g.w, values); });
+            detail::vectorized([&] { detail::unblock_16(v, g.c, g.h * g.w, block, values); });
         } else if (!rounding) {
             std::copy_n(v, image, static_cast<float*>(d.dx->raw()) + n * image);
         }

@@ -56,25 +56,27 @@ template <std::array<int, 16> Lo, std::array<int, 16> Hi, std::size_t S>
 }
 constexpr std::size_t transposed_row(std::size_t c) { return (c & ~std::size_t{3}) | (c & 1) << 1 | (c & 2) >> 1; }
 
-/// An image of `channels` planes of `plane` elements, laid out in blocks of 16 channels (element (o, p) at
-/// v[((o / 16)·plane + p)·16 + o % 16], the last block padded to 16: the AVX-512 levels' layout), into plain
-/// planes at dst (element (o, p) at dst[o·plane + p]), bit for bit. Sixteen channels and sixteen elements go
-/// as one tile: 16 loads, a transpose, 16 stores, a last tile of a plane overlapping the one before (the
-/// same values again); a plane of fewer than 16 elements goes element by element.
+/// An image of `channels` planes of `plane` elements, laid out in blocks of `block` channels (element (o, p)
+/// at v[((o / block)·plane + p)·block + o % block]): blocks of 16, the last padded to 16 (the AVX-512 levels'
+/// layout), or channels last (block = channels, a multiple of 16), into plain planes at dst (element (o, p)
+/// at dst[o·plane + p]), bit for bit. Sixteen channels and sixteen elements go as one tile: 16 loads, a
+/// transpose, 16 stores, a last tile of a plane overlapping the one before (the same values again); a plane
+/// of fewer than 16 elements goes element by element.
 [[gnu::always_inline]] inline void unblock_16(const float* __restrict v, std::size_t channels, std::size_t plane,
-                                              float* __restrict dst) {
+                                              std::size_t block, float* __restrict dst) {
     constexpr std::size_t B = 16;
     if (plane < B) {
         for (std::size_t o = 0; o < channels; ++o)
-            for (std::size_t p = 0; p < plane; ++p) dst[o * plane + p] = v[((o / B) * plane + p) * B + o % B];
+            for (std::size_t p = 0; p < plane; ++p)
+                dst[o * plane + p] = v[((o / block) * plane + p) * block + o % block];
         return;
     }
-    for (std::size_t first = 0; first < channels; first += B) { // channels [first, first + 16): one block
+    for (std::size_t first = 0; first < channels; first += B) { // channels [first, first + 16): a tile's columns
+        const float* column = v + (first / block) * plane * block + first % block;
         for (std::size_t k0 = 0;; k0 += B) {
             k0 = std::min(k0, plane - B); // the last tile ends at the plane's end
             u32x16 rows[B];               // [element][channel]
-            for (std::size_t t = 0; t < B; ++t)
-                std::memcpy(&rows[t], v + (first * plane + (k0 + t) * B), sizeof rows[t]);
+            for (std::size_t t = 0; t < B; ++t) std::memcpy(&rows[t], column + (k0 + t) * block, sizeof rows[t]);
             transpose_16x16(rows);
             for (std::size_t c = 0; c < std::min(B, channels - first); ++c)
                 std::memcpy(dst + (first + c) * plane + k0, &rows[transposed_row(c)], sizeof rows[0]);

@@ -70,9 +70,10 @@ void run_in_chunks(conv_plan& p, const conv_shape& s, chunk_pass pass, std::size
                    const dnnl::memory& ws, const float* bias, const conv_image_sink& image) {
     const operand &from = chunk_input(p, pass), &to = chunk_output(p, pass);
     const bool forward = pass == chunk_pass::forward;
-    // handed over as written: the forward's results in either block, dx in blocks of 16 (conv_kernels.hpp)
+    // handed over as written: the forward's results in any block, dx in blocks of 16 or channels last
+    // (conv_kernels.hpp)
     const std::size_t in_step = image_bytes(from.inner), out_step = image_bytes(to.inner),
-                      written = channel_block(to.inner), block = forward || written == 16 ? written : 0;
+                      written = channel_block(to.inner), block = forward || written % 16 == 0 ? written : 0;
     const image_reorder* plain = // to the plain layout, when the results are not handed over as written
         block || !to.to_user ? nullptr : &cached(forward ? p.y_image : p.dx_image, to.inner, to.user);
     split(s.n, 1, [&](std::size_t first, std::size_t end) {

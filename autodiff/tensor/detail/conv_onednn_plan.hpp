@@ -157,7 +157,7 @@ std::size_t chunk_images(conv_plan& p, const conv_shape& s, chunk_pass pass);
 /// inside a parallel region), reading `in` (the pass's input in its primitive's layout) and the weights
 /// `ws` (and the bias, forward), and hands each image's float32 results over while they are in the
 /// thread's cache: image(n, v, block), as the primitive wrote them when that is channel-blocked (for the
-/// data pass, in blocks of 16 only), else in the plain layout.
+/// data pass, in blocks of 16 or channels last only), else in the plain layout.
 void run_in_chunks(conv_plan& p, const conv_shape& s, chunk_pass pass, std::size_t k, const dnnl::memory& in,
                    const dnnl::memory& ws, const float* bias, const conv_image_sink& image);
 
