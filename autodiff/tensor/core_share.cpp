@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace mixprec::autodiff {
 namespace {
@@ -75,10 +76,19 @@ CoreShare::CoreShare(CoreShareOptions options) : options_(options), cores_(usabl
     if (!(options_.window_seconds > 0))
         throw std::invalid_argument("CoreShare: window_seconds must be positive, got " +
                                     std::to_string(options_.window_seconds));
+    if (!(options_.first_window_seconds >= 0))
+        throw std::invalid_argument("CoreShare: first_window_seconds must be 0 or more, got " +
+                                    std::to_string(options_.first_window_seconds));
     if (options_.max_threads == 0) options_.max_threads = cores_;
     threads_ = std::min(options_.max_threads, cores_);
-    set_blas_threads(threads_);
     last_ = sample();
+    if (options_.first_window_seconds > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(options_.first_window_seconds));
+        const Sample s = sample();
+        measure(last_, s);
+        last_ = s;
+    }
+    set_blas_threads(threads_);
 }
 
 CoreShare::Sample CoreShare::sample() {
@@ -93,21 +103,23 @@ int CoreShare::choose(int cores, int current, double busy) {
     return current;
 }
 
+void CoreShare::measure(const Sample& from, const Sample& to) {
+    const double seconds = std::chrono::duration<double>(to.at - from.at).count();
+    if (to.machine_ticks == 0 || from.machine_ticks == 0 || to.machine_ticks < from.machine_ticks || !(seconds > 0))
+        return;
+    static const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
+    const double machine = double(to.machine_ticks - from.machine_ticks) / ticks_per_second;
+    busy_elsewhere_ = std::max(0.0, (machine - (to.own_seconds - from.own_seconds)) / seconds);
+    threads_ = std::min(options_.max_threads, choose(cores_, threads_, busy_elsewhere_));
+}
+
 int CoreShare::update() {
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_.at).count() < options_.window_seconds) return threads_;
     const Sample s = sample();
-    const double seconds = std::chrono::duration<double>(s.at - last_.at).count();
-    if (s.machine_ticks != 0 && last_.machine_ticks != 0 && s.machine_ticks >= last_.machine_ticks) {
-        static const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
-        const double machine = double(s.machine_ticks - last_.machine_ticks) / ticks_per_second;
-        busy_elsewhere_ = std::max(0.0, (machine - (s.own_seconds - last_.own_seconds)) / seconds);
-        const int wanted = std::min(options_.max_threads, choose(cores_, threads_, busy_elsewhere_));
-        if (wanted != threads_) {
-            threads_ = wanted;
-            set_blas_threads(threads_);
-        }
-    }
+    const int before = threads_;
+    measure(last_, s);
+    if (threads_ != before) set_blas_threads(threads_);
     last_ = s;
     return threads_;
 }

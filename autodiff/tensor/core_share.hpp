@@ -12,9 +12,12 @@
 /// affinity mask) minus this process's own (getrusage): the cores in use elsewhere. (A CPU quota set by
 /// a container without an affinity mask is not seen: there, fix the count with set_blas_threads.) It sets the pool to the cores that leaves free, rounded
 /// with some hysteresis — one thread fewer for each 0.35 of a core busy elsewhere, and back up only when
-/// less than 0.2 of that core stays busy — never fewer than 1 nor more than `max_threads`. Call update()
-/// often (once per training step, as the ShareCores callback of mixprec::models does): it reads the two
-/// counters at most once per window and costs nothing otherwise.
+/// less than 0.2 of that core stays busy — never fewer than 1 nor more than `max_threads`. The first
+/// measurement is taken by the constructor, which waits `first_window_seconds` for it (this process idle
+/// meanwhile): the first steps of a run then already use the cores left free, where a pool of every core
+/// with one of them busy ran up to 12× slower than one thread (an Intel Xeon with AMX, the mlp, float32).
+/// Call update() often (once per training step, as the ShareCores callback of mixprec::models does): it
+/// reads the two counters at most once per window and costs nothing otherwise.
 ///
 /// The thread count changes how some float32 sums are split (see isa.hpp), so runs meant to give the
 /// same bits should fix the thread count with set_blas_threads instead.
@@ -27,6 +30,10 @@ namespace mixprec::autodiff {
 struct CoreShareOptions {
     int max_threads = 0;         ///< the most threads to use; 0: every CPU this process may run on
     double window_seconds = 0.5; ///< how long each measurement of the other processes' load lasts
+    /// How long the constructor measures before it returns (0: not at all; the pool then starts at
+    /// max_threads until the first window ends). /proc/stat counts in ticks of 10 ms: 0.1 s sees a busy
+    /// core as 10 ticks.
+    double first_window_seconds = 0.1;
 };
 
 class CoreShare {
@@ -37,8 +44,9 @@ class CoreShare {
     int update();
 
     int threads() const { return threads_; }
-    /// Cores busy with other processes over the last window (0 before the first one ends, or when
-    /// /proc/stat cannot be read: then the pool stays at max_threads).
+    /// Cores busy with other processes over the last window (0 before the first one ends, which is the
+    /// constructor's unless first_window_seconds is 0, or when /proc/stat cannot be read: then the pool
+    /// stays at max_threads).
     double busy_elsewhere() const { return busy_elsewhere_; }
 
     /// Threads to use with `cores` CPUs, `current` threads now and `busy` cores used elsewhere: the rule
@@ -52,6 +60,8 @@ class CoreShare {
         double own_seconds = 0;          ///< this process's user and system time
     };
     static Sample sample();
+    /// Sets busy_elsewhere_ from the samples at the ends of a window and the pool from it.
+    void measure(const Sample& from, const Sample& to);
 
     CoreShareOptions options_;
     int cores_;
