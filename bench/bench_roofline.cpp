@@ -467,10 +467,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     Roofs roofs;
-    if (!kernels.empty() && kernels[0].format == "float32") roofs.float32 = roof[{kernels[0].isa, threads}];
     roofs.bfloat16 = roof[{"avx512_bf16", threads}];
     roofs.amx = roof[{"amx_bf16", threads}];
     if (!kernels.empty() && kernels[0].format == "float32") {
+        roofs.float32 = roof[{kernels[0].isa, threads}];
         roofs.float32_kernel = kernels[0];
         roofs.iterations = iterations_for(kernels[0], 0.01);
         roofs.threads = threads;

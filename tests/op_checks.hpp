@@ -43,7 +43,7 @@ inline void check_gradients(const std::string& name, const mixprec::autodiff::Fu
 /// IEEE 754 leaves the sign and payload of a NaN result open, and of two NaN operands an add passes on
 /// the one the compiled code puts first (two threads' NaN partial sums of one convolution's dw, added in
 /// one order, came out with either sign depending on which caller the adding loop was compiled into).
-inline bool same_bits(const Tensor& a, const Tensor& b) {
+inline bool same_bits_any_nan(const Tensor& a, const Tensor& b) {
     if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
     const std::size_t n = a.shape().elements(), size = n ? a.nbytes() / n : 0;
     const std::vector<float> fa = a.to_floats(), fb = b.to_floats();
