@@ -2,6 +2,7 @@
 
 #include <mixprec/autodiff/tensor/convert.hpp>
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 
 #include <cfloat>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -18,6 +20,8 @@ namespace mixprec::amp {
 namespace {
 
 constexpr std::size_t chunk = 4096; // floats: widened and scaled while still in L1
+/// Chunks a thread takes at least (128 KiB of float32 results): smaller gradients are unscaled on one thread.
+constexpr std::size_t min_chunks = 8;
 /// Above this many elements the result will not stay in cache for the optimizer anyway, so it is
 /// written with streaming stores, which skip reading the destination first (as memcpy does).
 constexpr std::size_t stream_above = std::size_t{1} << 20;
@@ -33,6 +37,26 @@ void store(float* dst, const float* src, std::size_t n) {
     }
 #endif
     std::memcpy(dst, src, n * sizeof(float));
+}
+
+/// Runs part(c0, c1, sums) on consecutive pieces of the chunks [0, chunks), one per thread; part writes chunk
+/// c's partial result to sums[c]. Returns them all, for the caller to fold in chunk order: the same bits
+/// on any number of threads.
+template <class Sum, class Part>
+std::vector<Sum> by_chunk(std::size_t chunks, Part part) {
+    std::vector<Sum> sums(chunks);
+    autodiff::detail::split(chunks, min_chunks, [&](std::size_t c0, std::size_t c1) { part(c0, c1, sums.data()); });
+    return sums;
+}
+
+/// The chunks' results of the portable pass, folded in chunk order.
+UnscaleResult in_order(const std::vector<UnscaleResult>& chunks) {
+    UnscaleResult total;
+    for (const UnscaleResult& r : chunks) {
+        total.finite = total.finite && r.finite;
+        total.squared_norm += r.squared_norm;
+    }
+    return total;
 }
 
 using floats8 = float __attribute__((vector_size(32))); // AVX2 and AVX-512: one register
@@ -89,9 +113,10 @@ UnscaleResult scale_chunk(float* p, std::size_t n, float inv) {
 }
 
 #if defined(__x86_64__)
-#if !defined(__clang__) // GCC 12's vcvtph2ps intrinsic leaves its unused mask operand undefined on purpose
+#if !defined(__clang__) // GCC 12's conversion intrinsics leave their unused mask operand undefined on purpose
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #define MIXPREC_AVX512 gnu::target("avx512f,avx512bw,avx512vl,avx512dq")
 
@@ -109,66 +134,121 @@ struct avx512_sums {
     __mmask16 bad = 0; ///< lanes that saw inf or NaN
 };
 
+/// How whole vectors of results are stored: plainly, or streamed (past the caches) in 64-byte vectors where
+/// dst is 64-byte aligned, in four 16-byte quarters where it is 16-byte aligned.
+enum class stores { plain, stream64, stream16 };
+
 /// dst[i..i+16) = src[i..i+16) × inv (lanes in m), folded into `sums`.
-template <autodiff::Dtype D, bool Stream>
+template <autodiff::Dtype D, stores S>
 [[MIXPREC_AVX512, gnu::always_inline]] inline void unscale16(const void* src, float* dst, std::size_t i, __mmask16 m,
                                                              __m512 inv, avx512_sums& sums, int acc) {
     constexpr int inf_or_nan = 0x01 | 0x08 | 0x10 | 0x80; // fpclass: QNaN, +inf, -inf, SNaN
     const __m512 v = _mm512_mul_ps(load16<D>(src, i, m), inv);
-    if (m != 0xffff)
+    if (m != 0xffff) {
         _mm512_mask_storeu_ps(dst + i, m, v);
-    else if constexpr (Stream)
+    } else if constexpr (S == stores::stream64) {
         _mm512_stream_ps(dst + i, v);
-    else
+    } else if constexpr (S == stores::stream16) {
+        _mm_stream_ps(dst + i, _mm512_castps512_ps128(v));
+        _mm_stream_ps(dst + i + 4, _mm512_extractf32x4_ps(v, 1));
+        _mm_stream_ps(dst + i + 8, _mm512_extractf32x4_ps(v, 2));
+        _mm_stream_ps(dst + i + 12, _mm512_extractf32x4_ps(v, 3));
+    } else {
         _mm512_storeu_ps(dst + i, v);
+    }
     sums.squares[acc] = _mm512_fmadd_ps(v, v, sums.squares[acc]);
     sums.bad |= _mm512_fpclass_ps_mask(v, inf_or_nan);
 }
 
-/// total += the float squares of `sums`, widened to double; the float sums start again from zero.
-[[MIXPREC_AVX512, gnu::always_inline]] inline void fold(avx512_sums& sums, __m512d& total) {
+/// The float squares of `sums`, widened to double lane by lane and added in pairs; the float sums start
+/// again from zero.
+[[MIXPREC_AVX512, gnu::always_inline]] inline __m512d widened(avx512_sums& sums) {
     const __m512 s = _mm512_add_ps(sums.squares[0], sums.squares[1]);
     const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
-    total = _mm512_add_pd(total, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(s)), _mm512_cvtps_pd(high)));
     sums.squares[0] = sums.squares[1] = _mm512_setzero_ps();
+    return _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(s)), _mm512_cvtps_pd(high));
+}
+
+/// How the AVX-512 pass splits n values: chunks of whole 32-value steps from the first value (the last chunk
+/// shorter), then a tail of fewer than 32. Where the chunks begin does not depend on dst, so neither do the
+/// squared norm's bits; results past the caches are streamed when dst's alignment allows.
+struct avx512_layout {
+    std::size_t n, body, chunks;
+    stores whole;
+    avx512_layout(const float* dst, std::size_t size) : n(size), body(size / 32 * 32), chunks(0), whole(stores::plain) {
+        chunks = (body + chunk - 1) / chunk;
+        const auto address = reinterpret_cast<std::uintptr_t>(dst);
+        if (n > stream_above)
+            whole = address % 64 == 0 ? stores::stream64 : address % 16 == 0 ? stores::stream16 : whole;
+    }
+};
+
+/// A chunk's squares (widened()) and the lanes that saw inf or NaN.
+struct avx512_chunk {
+    alignas(64) double squares[8];
+    __mmask16 bad;
+};
+
+[[MIXPREC_AVX512, gnu::always_inline]] inline __mmask16 mask(std::size_t left) {
+    return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1);
+}
+
+/// Chunks [c0, c1) of the AVX-512 pass, on this thread, with stores S.
+template <autodiff::Dtype D, stores S>
+[[MIXPREC_AVX512]] void unscale_chunks(const avx512_layout& l, const void* src, float inverse_scale, float* dst,
+                                       std::size_t c0, std::size_t c1, avx512_chunk* out) {
+    const __m512 inv = _mm512_set1_ps(inverse_scale);
+    avx512_sums sums{{_mm512_setzero_ps(), _mm512_setzero_ps()}};
+    for (std::size_t c = c0; c < c1; ++c) {
+        for (std::size_t i = c * chunk, end = std::min(l.body, (c + 1) * chunk); i < end; i += 32) {
+            unscale16<D, S>(src, dst, i, 0xffff, inv, sums, 0);
+            unscale16<D, S>(src, dst, i + 16, 0xffff, inv, sums, 1);
+        }
+        _mm512_store_pd(out[c].squares, widened(sums));
+        out[c].bad = sums.bad;
+        sums.bad = 0;
+    }
+    if constexpr (S != stores::plain) _mm_sfence(); // streaming stores are weakly ordered: make them visible
+}
+
+/// The tail, then every chunk's squares and the tail's added in chunk order in double lanes.
+template <autodiff::Dtype D>
+[[MIXPREC_AVX512]] UnscaleResult finish_avx512(const avx512_layout& l, const void* src, float inverse_scale, float* dst,
+                                               const std::vector<avx512_chunk>& chunks) {
+    const __m512 inv = _mm512_set1_ps(inverse_scale);
+    avx512_sums sums{{_mm512_setzero_ps(), _mm512_setzero_ps()}};
+    for (std::size_t i = l.body; i < l.n; i += 16)
+        unscale16<D, stores::plain>(src, dst, i, mask(l.n - i), inv, sums, 0);
+    __m512d total = _mm512_setzero_pd();
+    __mmask16 bad = sums.bad;
+    for (const avx512_chunk& c : chunks) {
+        total = _mm512_add_pd(total, _mm512_load_pd(c.squares));
+        bad |= c.bad;
+    }
+    total = _mm512_add_pd(total, widened(sums));
+    UnscaleResult r;
+    r.finite = bad == 0;
+    r.squared_norm = _mm512_reduce_add_pd(total);
+    return r;
 }
 
 /// The AVX-512 pass for float32, float16 and bfloat16 gradients: widened in registers, never through a
-/// buffer. Results larger than the caches go out with 64-byte streaming stores once dst is aligned (as
-/// the copy it is measured against does). Squares are summed in float within a chunk and the chunk's
-/// sums in double, as in the portable pass.
+/// buffer. Results larger than the caches go out with streaming stores (as the copy it is measured against
+/// does). Squares are summed in float within a chunk and the chunks' sums in double lanes, in chunk order,
+/// on however many threads the chunks were spread over.
 template <autodiff::Dtype D>
-[[MIXPREC_AVX512]] UnscaleResult unscale_avx512(const void* src, float inverse_scale, float* dst, std::size_t n) {
-    const __m512 inv = _mm512_set1_ps(inverse_scale);
-    avx512_sums sums{{_mm512_setzero_ps(), _mm512_setzero_ps()}};
-    __m512d total = _mm512_setzero_pd();
-    const auto mask = [](std::size_t left) { return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1); };
-    const bool stream = n > stream_above;
-    std::size_t i = 0;
-    if (stream) { // a masked head brings dst to a 64-byte boundary
-        i = std::min(n, ((64 - reinterpret_cast<std::uintptr_t>(dst) % 64) % 64) / sizeof(float));
-        if (i > 0) unscale16<D, false>(src, dst, 0, mask(i), inv, sums, 0);
-    }
-    while (i + 32 <= n) {
-        const std::size_t end = std::min(n, i + chunk) - 31;
-        for (; i < end; i += 32) {
-            if (stream) {
-                unscale16<D, true>(src, dst, i, 0xffff, inv, sums, 0);
-                unscale16<D, true>(src, dst, i + 16, 0xffff, inv, sums, 1);
-            } else {
-                unscale16<D, false>(src, dst, i, 0xffff, inv, sums, 0);
-                unscale16<D, false>(src, dst, i + 16, 0xffff, inv, sums, 1);
-            }
-        }
-        fold(sums, total);
-    }
-    if (stream) _mm_sfence(); // streaming stores are weakly ordered: make them visible before returning
-    for (; i < n; i += 16) unscale16<D, false>(src, dst, i, mask(n - i), inv, sums, 0);
-    fold(sums, total);
-    UnscaleResult r;
-    r.finite = sums.bad == 0;
-    r.squared_norm = _mm512_reduce_add_pd(total);
-    return r;
+UnscaleResult unscale_avx512(const void* src, float inverse_scale, float* dst, std::size_t n) {
+    const avx512_layout l(dst, n);
+    const std::vector<avx512_chunk> chunks =
+        by_chunk<avx512_chunk>(l.chunks, [&](std::size_t c0, std::size_t c1, avx512_chunk* out) {
+            if (l.whole == stores::stream64)
+                unscale_chunks<D, stores::stream64>(l, src, inverse_scale, dst, c0, c1, out);
+            else if (l.whole == stores::stream16)
+                unscale_chunks<D, stores::stream16>(l, src, inverse_scale, dst, c0, c1, out);
+            else
+                unscale_chunks<D, stores::plain>(l, src, inverse_scale, dst, c0, c1, out);
+        });
+    return finish_avx512<D>(l, src, inverse_scale, dst, chunks);
 }
 #undef MIXPREC_AVX512
 #if !defined(__clang__)
@@ -201,33 +281,33 @@ UnscaleResult unscale(const void* values, autodiff::Dtype dtype, float inverse_s
     const auto* bytes = static_cast<const std::byte*>(values);
     const std::size_t width = autodiff::size_of(dtype);
     const bool stream = size > stream_above;
-    alignas(64) float buffer[chunk];
-    UnscaleResult total;
-    for (std::size_t i = 0; i < size; i += chunk) {
-        const std::size_t n = std::min(chunk, size - i);
-        // Streamed results go through an L1 buffer (streaming stores want whole aligned blocks);
-        // the others are widened straight into `out` and scaled there.
-        float* chunk_out = stream ? buffer : out.data() + i;
-        autodiff::widen(bytes + i * width, dtype, chunk_out, n);
-        const UnscaleResult r = scale_chunk(chunk_out, n, inverse_scale);
-        if (stream) store(out.data() + i, buffer, n);
-        total.finite = total.finite && r.finite;
-        total.squared_norm += r.squared_norm;
-    }
+    const auto chunks = by_chunk<UnscaleResult>(
+        (size + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1, UnscaleResult* results) {
+            alignas(64) float buffer[chunk];
+            for (std::size_t c = c0; c < c1; ++c) {
+                const std::size_t i = c * chunk, n = std::min(chunk, size - i);
+                // Streamed results go through an L1 buffer (streaming stores want whole aligned blocks);
+                // the others are widened straight into `out` and scaled there.
+                float* chunk_out = stream ? buffer : out.data() + i;
+                autodiff::widen(bytes + i * width, dtype, chunk_out, n);
+                results[c] = scale_chunk(chunk_out, n, inverse_scale);
+                if (stream) store(out.data() + i, buffer, n);
+            }
 #if defined(__SSE2__)
-    if (stream) _mm_sfence(); // streaming stores are weakly ordered: make them visible before returning
+            if (stream) _mm_sfence(); // streaming stores are weakly ordered: make them visible before returning
 #endif
-    return total;
+        });
+    return in_order(chunks);
 }
 
 UnscaleResult unscale_in_place(std::span<float> values, float inverse_scale) {
-    UnscaleResult total;
-    for (std::size_t i = 0; i < values.size(); i += chunk) {
-        const UnscaleResult r = scale_chunk(values.data() + i, std::min(chunk, values.size() - i), inverse_scale);
-        total.finite = total.finite && r.finite;
-        total.squared_norm += r.squared_norm;
-    }
-    return total;
+    const auto chunks = by_chunk<UnscaleResult>(
+        (values.size() + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1, UnscaleResult* results) {
+            for (std::size_t c = c0; c < c1; ++c)
+                results[c] =
+                    scale_chunk(values.data() + c * chunk, std::min(chunk, values.size() - c * chunk), inverse_scale);
+        });
+    return in_order(chunks);
 }
 
 } // namespace mixprec::amp

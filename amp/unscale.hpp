@@ -1,7 +1,9 @@
 #pragma once
 /// The fused pass at the start of every loss-scaled step: for each gradient, one read of its storage
 /// (any dtype) that widens it to float32, multiplies by 1/S, checks that every result is finite and adds
-/// up the squared norm.
+/// up the squared norm. A large gradient is spread over the threads in fixed chunks whose sums are added in
+/// chunk order: the results and the norm have the same bits on any number of threads and wherever the
+/// output lies in memory.
 
 #include <mixprec/autodiff/tensor/tensor.hpp>
 

@@ -3,6 +3,9 @@
 
 #include <mixprec/mixprec.hpp>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -289,6 +292,67 @@ BOOST_AUTO_TEST_CASE(fused_unscale_pass_on_every_path_and_size) {
             }
         }
     }
+    autodiff::set_isa(autodiff::max_isa());
+}
+
+namespace {
+/// n floats in `storage` starting `offset` floats past a 64-byte boundary.
+std::span<float> placed(std::vector<float>& storage, std::size_t n, std::size_t offset) {
+    storage.assign(n + 16 + offset, -1.0f);
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    return {storage.data() + (64 - address % 64) % 64 / sizeof(float) + offset, n};
+}
+} // namespace
+
+// The unscale pass spreads a large gradient's chunks over the threads and adds their squares in chunk order,
+// and results past the caches are streamed as the output's alignment allows: on one thread and on two,
+// into an output on a 64-byte boundary, 16 bytes off it and 12 bytes off it, at every level and every
+// dtype, the same values, the same norm to the bit and the same finite check.
+BOOST_AUTO_TEST_CASE(unscale_pass_gives_the_same_bits_on_any_thread_count_and_alignment) {
+    const int threads = omp_get_max_threads();
+    std::mt19937 gen(5);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (std::size_t n : {std::size_t{100'003}, (std::size_t{1} << 20) + 77}) {
+        std::vector<float> g(n);
+        for (float& v : g) v = normal(gen);
+        for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+            const Tensor grad = Tensor::from_floats(Shape{n}, g, dtype);
+            for (autodiff::Isa level : autodiff::available_isas()) {
+                autodiff::set_isa(level);
+                omp_set_num_threads(1);
+                std::vector<float> first_storage;
+                const std::span<float> first = placed(first_storage, n, 0);
+                const amp::UnscaleResult expected = amp::unscale(grad, 0.125f, first);
+                std::vector<float> expected_in_place = g;
+                const double in_place_norm = amp::unscale_in_place(expected_in_place, 0.125f).squared_norm;
+                BOOST_TEST_REQUIRE(expected.finite);
+                for (int t : {1, 2})
+                    for (std::size_t offset : {0, 4, 3}) {
+                        omp_set_num_threads(t);
+                        std::vector<float> storage, in_place = g;
+                        const std::span<float> out = placed(storage, n, offset);
+                        const amp::UnscaleResult r = amp::unscale(grad, 0.125f, out);
+                        const amp::UnscaleResult r_in_place = amp::unscale_in_place(in_place, 0.125f);
+                        BOOST_TEST_CONTEXT(n << " " << dtype << " " << autodiff::name_of(level) << ", " << t
+                                             << " threads, " << offset << " floats off 64 bytes") {
+                            BOOST_TEST(r.finite);
+                            BOOST_TEST(std::memcmp(&r.squared_norm, &expected.squared_norm, sizeof(double)) == 0);
+                            BOOST_TEST(std::equal(out.begin(), out.end(), first.begin()));
+                            BOOST_TEST(std::memcmp(&r_in_place.squared_norm, &in_place_norm, sizeof(double)) == 0);
+                            BOOST_TEST((in_place == expected_in_place));
+                        }
+                    }
+            }
+            std::vector<float> w = g;
+            w[n - 5] = NAN; // in the last chunk, on the second thread when there are two
+            std::vector<float> out(n);
+            for (int t : {1, 2}) {
+                omp_set_num_threads(t);
+                BOOST_TEST(!amp::unscale(Tensor::from_floats(Shape{n}, w, dtype), 1.0f, out).finite);
+            }
+        }
+    }
+    omp_set_num_threads(threads);
     autodiff::set_isa(autodiff::max_isa());
 }
 
