@@ -19,10 +19,10 @@ class LibraryCeiling {
     /// The products of `model` (built) on `batch` examples in float32, as flops() in bench_roofline.cpp counts
     /// them: each Dense layer's forward product, its weights' product and (below the first layer with
     /// variables) its input's; each Conv2D's forward, backward-weights and backward-data passes likewise.
-    /// Matrix products take the faster of OpenBLAS's and oneDNN's sgemm; convolutions the fastest of oneDNN's
-    /// implementations (reference ones excluded) on its own layouts or on NHWC. nullopt when the model has a
-    /// layer with products of another kind (attention); std::runtime_error when oneDNN has nothing but its
-    /// reference implementation for a convolution's pass.
+    /// Matrix products take the fastest of OpenBLAS's sgemm, oneDNN's sgemm and oneDNN's matmul primitive;
+    /// convolutions the fastest of oneDNN's implementations (reference ones excluded) on its own layouts or
+    /// on NHWC. nullopt when the model has a layer with products of another kind (attention);
+    /// std::runtime_error when oneDNN has nothing but its reference implementation for a convolution's pass.
     static std::optional<LibraryCeiling> of(const models::Sequential& model, std::size_t batch);
 
     /// Runs every product once on its chosen kernel.

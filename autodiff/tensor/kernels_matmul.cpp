@@ -28,7 +28,7 @@ constexpr std::size_t batch_split_below = std::size_t{1} << 18;
 
 void sgemm(const gemm_shape& s, const float* a, const float* b, float* c, bool onednn) {
     if (onednn) {
-        onednn_sgemm(s, a, b, c);
+        onednn_matmul_f32(s, a, b, c);
     } else {
         openblas_sgemm(s, a, b, c);
     }

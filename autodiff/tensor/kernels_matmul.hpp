@@ -7,7 +7,7 @@
 ///   a (B, m, k) @ b (k, n)    -> (B, m, n)      one b for every batch (a Dense layer over a sequence)
 /// with `transpose_a` / `transpose_b` applying to the last two axes of the stored operand.
 ///
-/// float32 goes straight to sgemm (OpenBLAS's, or oneDNN's: Float32Gemm below). float16, cbfloat16 and
+/// float32 goes straight to OpenBLAS's sgemm or oneDNN's matmul primitive (Float32Gemm below). float16, cbfloat16 and
 /// FP8 operands are widened to float32 with the conversion kernels, multiplied by sgemm, and the product
 /// is rounded once. bfloat16 goes to
 /// oneDNN's matmul at the avx512_bf16 instruction-set level and above (isa.hpp), else the sgemm route.
@@ -60,15 +60,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {}, cons
 void set_blas_threads(int threads);
 
 /// The library behind the float32 products of matmul (every dtype but bfloat16 on oneDNN's bfloat16
-/// route): OpenBLAS's sgemm or oneDNN's. Both sum in float32 within the bound above, in different
-/// orders, so they differ in their last bits. OpenBLAS's kernels follow the CPU model and ignore
-/// MIXPREC_ISA; oneDNN's follow MIXPREC_ISA, so with it a run's digest changes with the level.
+/// route): OpenBLAS's sgemm or oneDNN's matmul primitive (its brgemm kernels). Both sum in float32 within
+/// the bound above, in different orders, so they differ in their last bits. OpenBLAS's kernels follow the
+/// CPU model and ignore MIXPREC_ISA; oneDNN's follow MIXPREC_ISA, so with it a run's digest changes with
+/// the level.
 enum class Float32Gemm : unsigned char {
-    /// A rule fixed in advance, from the CPUs measured: oneDNN's sgemm from the avx512 level up for
-    /// products of one right-hand matrix (Dense layers, projections), OpenBLAS's for batches of products
-    /// (attention's, per head: oneDNN's sgemm takes one call for each) and below avx512. The bits depend
-    /// on the level only as convolutions' do: one set below avx512, another from there up (oneDNN's
-    /// float32 GEMM kernels are its avx512_core ones at every level above).
+    /// A rule fixed in advance, from the CPUs measured: oneDNN from the avx512 level up for products of
+    /// one right-hand matrix (Dense layers, projections), OpenBLAS for batches of products (attention's,
+    /// per head, which ran faster there than on oneDNN's sgemm, one call for each) and below avx512. The
+    /// bits depend on the level only as convolutions' do: one set below avx512, another from there up
+    /// (oneDNN's float32 matrix-product kernels are its avx512_core ones at every level above).
     automatic,
     openblas,
     onednn,
@@ -79,7 +80,7 @@ enum class Float32Gemm : unsigned char {
     measured,
 };
 
-/// Whether Float32Gemm::automatic runs a product on oneDNN's sgemm at the process's level: a product of
+/// Whether Float32Gemm::automatic runs a product on oneDNN at the process's level: a product of
 /// one right-hand matrix (not `batch_of_products`) from avx512 up.
 bool automatic_gemm_takes_onednn(bool batch_of_products);
 

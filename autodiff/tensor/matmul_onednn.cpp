@@ -23,16 +23,16 @@ struct matmul_plan {
     dnnl::matmul primitive;
 };
 
-matmul_plan make_plan(const gemm_shape& s, bool bf16_out, bool with_bias) {
+/// A matrix product's primitive for operands of type `in` (bfloat16 or float32) and a result of type `out`,
+/// with a bias of type `in` or none.
+matmul_plan make_plan(const gemm_shape& s, dt in, dt out, bool with_bias) {
     const auto B = static_cast<dnnl::memory::dim>(s.batch), M = static_cast<dnnl::memory::dim>(s.m),
                N = static_cast<dnnl::memory::dim>(s.n), K = static_cast<dnnl::memory::dim>(s.k);
     // Logical shapes are (batch, m, k) @ (batch, k, n); strides describe how the operands are stored.
-    const dnnl::memory::desc a({B, M, K}, dt::bf16, s.transpose_a ? dims{M * K, 1, M} : dims{M * K, K, 1});
-    const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, dt::bf16,
-                               s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
-    const dnnl::memory::desc c({B, M, N}, bf16_out ? dt::bf16 : dt::f32, dims{M * N, N, 1});
-    const dnnl::memory::desc bias =
-        with_bias ? dnnl::memory::desc({1, 1, N}, dt::bf16, dims{N, N, 1}) : dnnl::memory::desc();
+    const dnnl::memory::desc a({B, M, K}, in, s.transpose_a ? dims{M * K, 1, M} : dims{M * K, K, 1});
+    const dnnl::memory::desc b({s.batched_b ? B : 1, K, N}, in, s.transpose_b ? dims{K * N, 1, K} : dims{K * N, N, 1});
+    const dnnl::memory::desc c({B, M, N}, out, dims{M * N, N, 1});
+    const dnnl::memory::desc bias = with_bias ? dnnl::memory::desc({1, 1, N}, in, dims{N, N, 1}) : dnnl::memory::desc();
     const dnnl::matmul::primitive_desc pd(with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
                                           engine());
     return {a, b, c, bias, dnnl::matmul(pd)};
@@ -78,13 +78,17 @@ dnnl::stream& onednn_stream() {
 
 bool onednn_bf16_available() { return isa() >= Isa::avx512_bf16; }
 
-void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void* c, bool bf16_out, const void* bias) {
-    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, bool, bool>;
-    thread_local std::map<key_t, matmul_plan> plans; // primitive creation costs far more than a small product
+namespace {
+
+/// c = op(a) op(b) by this thread's primitive for the shape and types (made on first use: creation costs
+/// far more than a small product).
+void run_matmul(const gemm_shape& s, dt in, dt out, const void* a, const void* b, void* c, const void* bias) {
+    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, dt, dt, bool>;
+    thread_local std::map<key_t, matmul_plan> plans;
     const bool with_bias = bias != nullptr;
-    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b, bf16_out, with_bias};
+    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b, in, out, with_bias};
     auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, make_plan(s, bf16_out, with_bias)).first;
+    if (it == plans.end()) it = plans.emplace(key, make_plan(s, in, out, with_bias)).first;
     const matmul_plan& p = it->second;
 
     dnnl::stream& stream = onednn_stream();
@@ -93,6 +97,17 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void*
     if (with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.bias, engine(), const_cast<void*>(bias)));
     p.primitive.execute(stream, args);
     stream.wait();
+}
+
+} // namespace
+
+void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void* c, bool bf16_out, const void* bias) {
+    run_matmul(s, dt::bf16, bf16_out ? dt::bf16 : dt::f32, a, b, c, bias);
+}
+
+void onednn_matmul_f32(const gemm_shape& s, const float* a, const float* b, float* c) {
+    onednn_engine(); // caps oneDNN if MIXPREC_ISA named a level, before its first kernel
+    run_matmul(s, dt::f32, dt::f32, a, b, c, nullptr);
 }
 
 void onednn_sgemm(const gemm_shape& s, const float* a, const float* b, float* c) {

@@ -368,8 +368,9 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "fastest kept, so the bits rest on the timings). Default: MIXPREC_CONV_ROUTE, else automatic")
         ->check(named_by(autodiff::conv_backend_named, "ROUTE"));
     app.add_option("--gemm", o.gemm,
-                   "The library of float32 matrix products: automatic (a fixed rule: oneDNN's sgemm from avx512 up "
-                   "for products of one matrix, OpenBLAS's for batches of products and below avx512), openblas "
+                   "The library of float32 matrix products: automatic (a fixed rule: oneDNN's matmul primitive from "
+                   "avx512 up for products of one matrix, OpenBLAS's sgemm for batches of products and below "
+                   "avx512), openblas "
                    "(its kernels follow the CPU model only), onednn (its kernels follow MIXPREC_ISA too), or "
                    "measured (both timed at each shape's first product and the faster kept, so the bits rest on the "
                    "timings). Default: MIXPREC_GEMM, else automatic")

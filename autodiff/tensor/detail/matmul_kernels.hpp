@@ -12,12 +12,17 @@ struct gemm_shape {
     bool transpose_a, transpose_b, batched_b;
 };
 
-/// c = op(a) op(b) by OpenBLAS's sgemm, or oneDNN's with `onednn`.
+/// c = op(a) op(b) in float32 by OpenBLAS's sgemm, or with `onednn` by oneDNN's matmul primitive.
 void sgemm(const gemm_shape& s, const float* a, const float* b, float* c, bool onednn);
 /// The same product by OpenBLAS's sgemm.
 void openblas_sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
-/// The same product by oneDNN's sgemm (its own blocking and kernels, so other bits than OpenBLAS's); one
-/// product after another, each serial inside a parallel region as OpenBLAS's are.
+/// The same product by oneDNN's matmul primitive (its brgemm kernels, so other bits than OpenBLAS's; a batch
+/// in one call), made on first use of the shape on each thread; serial inside a parallel region as
+/// OpenBLAS's sgemm is. On its own threads it may split long sums over them, as the BLAS libraries do.
+void onednn_matmul_f32(const gemm_shape& s, const float* a, const float* b, float* c);
+/// The same product by oneDNN's sgemm API (one product after another), as the im2col convolution route
+/// runs its GEMMs (on each thread's part of a batch, where it is faster than the primitive, which would
+/// repack the weights on each thread) and the benchmarks' libraries' ceiling times it.
 void onednn_sgemm(const gemm_shape& s, const float* a, const float* b, float* c);
 
 /// True at the avx512_bf16 level and above, where bfloat16 products and convolutions go to oneDNN.
