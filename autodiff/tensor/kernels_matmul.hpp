@@ -7,10 +7,10 @@
 ///   a (B, m, k) @ b (k, n)    -> (B, m, n)      one b for every batch (a Dense layer over a sequence)
 /// with `transpose_a` / `transpose_b` applying to the last two axes of the stored operand.
 ///
-/// float32 goes straight to OpenBLAS's sgemm or oneDNN's matmul primitive (Float32Gemm below). float16, cbfloat16 and
-/// FP8 operands are widened to float32 with the conversion kernels, multiplied by sgemm, and the product
-/// is rounded once. bfloat16 goes to
-/// oneDNN's matmul at the avx512_bf16 instruction-set level and above (isa.hpp), else the sgemm route.
+/// float32 goes straight to OpenBLAS's sgemm or oneDNN's matmul primitive (Float32Gemm below). float16,
+/// cbfloat16 and FP8 operands are widened to float32 with the conversion kernels, multiplied so, and the
+/// product is rounded once. bfloat16 goes to oneDNN's matmul at the avx512_bf16 instruction-set level and
+/// above (isa.hpp), else the sgemm route.
 /// oneDNN multiplies with vdpbf16ps (or AMX's tdpbf16ps where the CPU has AMX and MIXPREC_ISA does not cap
 /// it; products of bfloat16 are exact in float32, sums in float32), adds the bias and rounds once to
 /// bfloat16 with vcvtneps2bf16, to nearest even. These instructions flush float32 subnormals to zero, in
