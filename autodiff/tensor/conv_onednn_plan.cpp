@@ -79,7 +79,7 @@ void make_backward(conv_plan& p, const conv_shape& s) {
     p.backward_ready = true;
 }
 
-using key_t = std::array<std::size_t, 18>;
+using key_t = std::array<std::size_t, 19>;
 
 struct key_hash {
     std::size_t operator()(const key_t& k) const noexcept {
@@ -228,7 +228,8 @@ conv_plan& plan(const conv_shape& s, bool has_bias) {
                     s.padding[1],
                     has_bias ? 1u : 0u,
                     static_cast<std::size_t>(s.operands),
-                    static_cast<std::size_t>(s.x_holds)};
+                    static_cast<std::size_t>(s.x_holds),
+                    static_cast<std::size_t>(omp_get_max_threads())}; // oneDNN fixes it in each primitive
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_plan(s, has_bias)).first;
     return it->second;

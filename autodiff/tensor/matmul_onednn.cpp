@@ -80,13 +80,15 @@ bool onednn_bf16_available() { return isa() >= Isa::avx512_bf16; }
 
 namespace {
 
-/// c = op(a) op(b) by this thread's primitive for the shape and types (made on first use: creation costs
-/// far more than a small product).
+/// c = op(a) op(b) by this thread's primitive for the shape, the types and the thread count (made on first
+/// use: creation costs far more than a small product). oneDNN fixes a primitive's thread count when it
+/// makes it: one made on one thread would stay on one after the pool grows again (CoreShare).
 void run_matmul(const gemm_shape& s, dt in, dt out, const void* a, const void* b, void* c, const void* bias) {
-    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, dt, dt, bool>;
+    using key_t = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, bool, bool, bool, dt, dt, bool, int>;
     thread_local std::map<key_t, matmul_plan> plans;
     const bool with_bias = bias != nullptr;
-    const key_t key{s.batch, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.batched_b, in, out, with_bias};
+    const key_t key{s.batch,     s.m, s.n, s.k,       s.transpose_a,        s.transpose_b,
+                    s.batched_b, in,  out, with_bias, omp_get_max_threads()};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_plan(s, in, out, with_bias)).first;
     const matmul_plan& p = it->second;
