@@ -175,8 +175,8 @@ template <autodiff::Dtype D, stores S>
 struct avx512_layout {
     std::size_t n, body, chunks;
     stores whole;
-    avx512_layout(const float* dst, std::size_t size) : n(size), body(size / 32 * 32), chunks(0), whole(stores::plain) {
-        chunks = (body + chunk - 1) / chunk;
+    avx512_layout(const float* dst, std::size_t size)
+        : n(size), body(size / 32 * 32), chunks((body + chunk - 1) / chunk), whole(stores::plain) {
         const auto address = reinterpret_cast<std::uintptr_t>(dst);
         if (n > stream_above)
             whole = address % 64 == 0 ? stores::stream64 : address % 16 == 0 ? stores::stream16 : whole;

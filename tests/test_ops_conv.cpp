@@ -688,9 +688,12 @@ std::vector<Tensor> conv_and_gradients(const Tensor& x, const Tensor& w, const T
 }
 
 bool same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i)
-        if (a[i].shape() != b[i].shape() || std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0) return false;
-    return a.size() == b.size();
+        if (a[i].shape() != b[i].shape() || a[i].dtype() != b[i].dtype() ||
+            std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0)
+            return false;
+    return true;
 }
 
 // While rounding is recorded, conv2d_max_pool runs the two ops in turn (the fused passes round the

@@ -108,7 +108,6 @@ void onednn_matmul_bf16(const gemm_shape& s, const void* a, const void* b, void*
 }
 
 void onednn_matmul_f32(const gemm_shape& s, const float* a, const float* b, float* c) {
-    onednn_engine(); // caps oneDNN if MIXPREC_ISA named a level, before its first kernel
     run_matmul(s, dt::f32, dt::f32, a, b, c, nullptr);
 }
 

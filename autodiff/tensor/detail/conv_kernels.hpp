@@ -52,9 +52,9 @@ std::uint64_t onednn_conv_forward_images(const conv_shape& s, const void* x, con
 /// primitives read when that is channel-blocked, else plain (and then reordered while in cache when the
 /// primitives want another). dx_image(n, v, block) (null: dx not wanted) gets image n's float32 dx, to use
 /// and overwrite, laid out by block: as the data pass wrote it when that is in blocks of 16 (block 16, the
-/// AVX-512 levels' layout) or channels last (block C, a multiple of 16: AMX's), else plain (block 0); as for the forward pass, each thread runs the data pass
-/// on its own images a few at a time where oneDNN can. Each called once for each image, on the threads of
-/// a team.
+/// AVX-512 levels' layout) or channels last (block C, a multiple of 16: AMX's), else plain (block 0); as
+/// for the forward pass, each thread runs the data pass on its own images a few at a time where oneDNN can.
+/// Each called once for each image, on the threads of a team.
 using conv_image_source = std::function<void(std::size_t n, void* dst, std::size_t block)>;
 void onednn_conv_backward_images(const conv_shape& s, const conv_input& x, std::uint64_t forward_run, const void* w,
                                  const conv_image_source& dy_image, const conv_image_sink* dx_image, float* dw,
