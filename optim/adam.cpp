@@ -1,5 +1,6 @@
 #include <mixprec/optim/adam.hpp>
 
+#include <mixprec/optim/detail/adam_step.hpp>
 #include <mixprec/optim/detail/in_pieces.hpp>
 
 #include <algorithm>
@@ -41,11 +42,12 @@ namespace {
 /// w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
 /// (amsgrad) v replaced by the running maximum. One pass, no aliasing, run at the vector width of the
 /// instruction-set level (autodiff/tensor/detail/isa_kernels.hpp); every width rounds each operation as the scalar code
-/// does (no FMA contraction: see optim/sources.cmake), so all give the same bits.
+/// does (no FMA contraction: see optim/sources.cmake), so all give the same bits. From avx512 up,
+/// detail::adam_avx512 runs instead (the same bits, without the slow path of subnormal state).
 [[gnu::always_inline]] inline void adam_loop(std::size_t n, float* __restrict w, float* __restrict m,
                                              float* __restrict v, float* __restrict v_max, const float* __restrict g,
-                                             float c1, float b2, float c2, float eps, float step_size, float bc2_sqrt,
-                                             float decay) {
+                                             const detail::AdamCoefficients& k) {
+    const auto [c1, b2, c2, eps, step_size, bc2_sqrt, decay] = k;
     if (v_max) {
         for (std::size_t i = 0; i < n; ++i) {
             m[i] += c1 * (g[i] - m[i]);
@@ -71,14 +73,26 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
     const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(beta2, t)));
     // The coefficients are rounded once from the doubles (1 − β exactly as PyTorch and Keras form it; m by
     // interpolation, as both do).
-    const float c1 = float(1.0 - beta1), b2 = float(beta2), c2 = float(1.0 - beta2);
-    const float decay = 1.0f - lr * weight_decay_; // exactly 1 for Adam
+    const detail::AdamCoefficients k{.c1 = float(1.0 - beta1),
+                                     .b2 = float(beta2),
+                                     .c2 = float(1.0 - beta2),
+                                     .eps = options_.epsilon,
+                                     .step_size = step_size,
+                                     .bc2_sqrt = bc2_sqrt,
+                                     .decay = 1.0f - lr * weight_decay_};
     float* const m = slot(0, index).data();
     float* const v = slot(1, index).data();
     float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
+#if defined(MIXPREC_X86_KERNELS)
+    if (autodiff::isa() >= autodiff::Isa::avx512) {
+        autodiff::detail::split(w.size(), detail::min_piece, [&](std::size_t lo, std::size_t hi) {
+            detail::adam_avx512(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
+        });
+        return;
+    }
+#endif
     detail::in_pieces(w.size(), [&](std::size_t lo, std::size_t hi) {
-        adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, c1, b2, c2,
-                  options_.epsilon, step_size, bc2_sqrt, decay);
+        adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
     });
 }
 
