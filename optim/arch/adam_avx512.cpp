@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#if !defined(__clang__) // GCC 12's conversion intrinsics leave their unused mask operand undefined on purpose
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace mixprec::optim::detail {
 namespace {
 
@@ -78,13 +82,14 @@ inline __mmask16 near_underflow(const Lanes16& x) {
 /// The update in double of the 16 lanes x (those of `lanes` that matter), in two halves.
 template <bool amsgrad>
 inline Lanes16 in_double16(const Lanes16& x, const AdamCoefficients& k) {
-    const auto half = [](__m512 a, int h) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), h)); };
+    const auto low = [](__m512 a) { return _mm512_castps512_ps256(a); };
+    const auto high = [](__m512 a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); };
     const auto join = [](__m256 lo, __m256 hi) {
         return _mm512_castpd_ps(
             _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
     };
-    const Lanes8 lo = in_double<amsgrad>({half(x.w, 0), half(x.m, 0), half(x.v, 0), half(x.v_max, 0), half(x.g, 0)}, k);
-    const Lanes8 hi = in_double<amsgrad>({half(x.w, 1), half(x.m, 1), half(x.v, 1), half(x.v_max, 1), half(x.g, 1)}, k);
+    const Lanes8 lo = in_double<amsgrad>({low(x.w), low(x.m), low(x.v), low(x.v_max), low(x.g)}, k);
+    const Lanes8 hi = in_double<amsgrad>({high(x.w), high(x.m), high(x.v), high(x.v_max), high(x.g)}, k);
     return {join(lo.w, hi.w), join(lo.m, hi.m), join(lo.v, hi.v), join(lo.v_max, hi.v_max), x.g};
 }
 
