@@ -9,7 +9,10 @@ namespace mixprec::optim {
 /// AMSGrad: v_max ← max(v_max, v) and v̂ = v_max/(1−β2ᵗ).  t = 1 on the first applied step.
 /// This is torch.optim.Adam's rule (ε added after the bias correction of √v). Keras applies ε before
 /// it (w ← w − lr·√(1−β2ᵗ)/(1−β1ᵗ) · m/(√v + ε)); the two agree when ε ≪ √v̂. ε defaults to Keras's
-/// 1e-7 (PyTorch: 1e-8). Elementwise math is float32; the powers βᵗ are double.
+/// 1e-7 (PyTorch: 1e-8). Elementwise math is float32, rounded as the formulas read (no FMA); the powers βᵗ
+/// are double. From the avx512 level up, elements whose state has decayed near underflow (the subnormal m
+/// and v of a weight whose gradient stays zero) are computed in double with the same bits, so that they
+/// do not take the CPU's slow path for subnormal numbers every step.
 /// Slots: "m", "v" and, with amsgrad, "v_max".
 class Adam : public SlotOptimizer {
   public:
