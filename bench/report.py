@@ -108,20 +108,21 @@ def convert_table(samples):
 
 def optim_table(samples):
     """bench_optim: each update's time, the bytes it moves per second against memcpy's, and its time against
-    the update of ordinary state (no floor: the figures say what state near underflow costs)."""
+    the same update of ordinary state (no floor: the figures say what state near underflow costs)."""
     copy = next((summary(runs, "bytes_per_second")[0] for key, runs in samples.items() if key[0] == "copy"),
                 float("nan"))
-    rows = {key[1]: runs for key, runs in samples.items() if key[0] == "adam"}
-    ordinary = summary(rows["ordinary"], "real_time")[0] if "ordinary" in rows else float("nan")
+    rows = {(key[0], key[1]): runs for key, runs in samples.items() if key[0] in ("adam", "sgd_momentum")}
     print("| update | state | µs (median) | GB/s moved | copy GB/s | bytes ratio | time vs ordinary |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for state in ("ordinary", "dead_tenth", "dead_all"):
-        if state not in rows:
-            continue
-        t = summary(rows[state], "real_time")[0]
-        rate = summary(rows[state], "bytes_per_second")[0]
-        print(f"| adam | {state} | {t:.0f} | {rate / 1e9:.1f} | {copy / 1e9:.1f} | {fmt_ratio(rate / copy)} | "
-              f"{fmt_ratio(t / ordinary)} |")
+    for op in ("adam", "sgd_momentum"):
+        ordinary = summary(rows[(op, "ordinary")], "real_time")[0] if (op, "ordinary") in rows else float("nan")
+        for state in ("ordinary", "dead_tenth", "dead_all"):
+            if (op, state) not in rows:
+                continue
+            t = summary(rows[(op, state)], "real_time")[0]
+            rate = summary(rows[(op, state)], "bytes_per_second")[0]
+            print(f"| {op} | {state} | {t:.0f} | {rate / 1e9:.1f} | {copy / 1e9:.1f} | {fmt_ratio(rate / copy)} | "
+                  f"{fmt_ratio(t / ordinary)} |")
 
 
 def shape_key(shape):
@@ -306,7 +307,7 @@ def main(paths):
         ctx, samples = load(path)
         print_context(path, ctx)
         kinds = {k[0] for k in samples}
-        if "adam" in kinds:
+        if "adam" in kinds or "sgd_momentum" in kinds:
             print("\n### Optimizer updates (GB/s = 1e9 bytes read + written per second)\n")
             optim_table(samples)
         elif "copy" in kinds:

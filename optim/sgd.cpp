@@ -1,6 +1,7 @@
 #include <mixprec/optim/sgd.hpp>
 
 #include <mixprec/optim/detail/in_pieces.hpp>
+#include <mixprec/optim/detail/sgd_step.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -34,7 +35,8 @@ namespace {
 
 /// One SGD step over n elements (see sgd.hpp for the rule): g' = g + wd·w; b = g' on the first step, else
 /// μ·b + g'; w -= lr · (nesterov ? g' + μ·b : b); without momentum (b == nullptr) w -= lr · g'. Vectorized
-/// like the Adam loop, with the same rounding at every width.
+/// like the Adam loop, with the same rounding at every width. From avx512 up, detail::sgd_avx512 runs
+/// instead (the same bits, without the slow path of subnormal state).
 [[gnu::always_inline]] inline void sgd_loop(std::size_t n, float* __restrict w, float* __restrict b,
                                             const float* __restrict grad, float lr, float mu, float wd, bool first,
                                             bool nesterov) {
@@ -54,6 +56,15 @@ namespace {
 void SGD::update(std::size_t index, std::span<float> w, std::span<const float> grad, float lr, std::int64_t step) {
     const float mu = options_.momentum;
     float* const b = mu == 0 ? nullptr : slot(0, index).data();
+#if defined(MIXPREC_X86_KERNELS)
+    if (autodiff::isa() >= autodiff::Isa::avx512) {
+        const detail::SgdCoefficients k{lr, mu, options_.weight_decay, step == 1, options_.nesterov};
+        autodiff::detail::split(w.size(), detail::min_piece, [&](std::size_t lo, std::size_t hi) {
+            detail::sgd_avx512(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, k);
+        });
+        return;
+    }
+#endif
     detail::in_pieces(w.size(), [&](std::size_t lo, std::size_t hi) {
         sgd_loop(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, lr, mu, options_.weight_decay,
                  step == 1, options_.nesterov);

@@ -19,14 +19,10 @@ struct AdamCoefficients {
 
 /// The update of optim/adam.cpp's adam_loop over [0, n) with AVX-512, with the same bits. Lanes whose
 /// state is below 2^-100 in magnitude (subnormal, or close enough that a product may be) or whose gradient
-/// is below 2^-60 (so that g² may be) are computed in double, each operation rounded once to float: for
-/// +, −, ×, ÷ and √ of floats that gives the correctly rounded float result (53 ≥ 2·24 + 2 bits; the
-/// subnormal grid is coarser still), so the bits do not change, but the CPU's slow path for subnormal
-/// operands and results (a microcode assist per instruction on many Intel cores) is not taken. Such state
-/// is common: the m and v of a weight whose gradient stays exactly zero (a pixel that is 0 in every image,
-/// a dead unit) decay until the decrement rounds to zero and stay at a few multiples of 2^-149 for good.
-/// Sparse lanes are gathered and computed 16 at a time. v_max is null without AMSGrad. The caller checks
-/// the instruction-set level.
+/// is below 2^-60 (so that g² may be) run in double, each operation rounded once to float
+/// (optim/detail/near_underflow_avx512.hpp): the m and v of a weight whose gradient stays exactly zero (a
+/// pixel that is 0 in every image, a dead unit) decay to a few multiples of 2^-149 and stay there. v_max
+/// is null without AMSGrad. The caller checks the instruction-set level.
 void adam_avx512(std::size_t n, float* w, float* m, float* v, float* v_max, const float* g, const AdamCoefficients& k);
 
 } // namespace mixprec::optim::detail
