@@ -83,17 +83,14 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
     float* const m = slot(0, index).data();
     float* const v = slot(1, index).data();
     float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
-#if defined(MIXPREC_X86_KERNELS)
-    if (autodiff::isa() >= autodiff::Isa::avx512) {
-        autodiff::detail::split(w.size(), detail::min_piece, [&](std::size_t lo, std::size_t hi) {
+    detail::in_pieces(
+        w.size(),
+        [&](std::size_t lo, std::size_t hi) {
+            adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
+        },
+        [&](std::size_t lo, std::size_t hi) {
             detail::adam_avx512(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
         });
-        return;
-    }
-#endif
-    detail::in_pieces(w.size(), [&](std::size_t lo, std::size_t hi) {
-        adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
-    });
 }
 
 AdamW::AdamW(Options o)

@@ -56,19 +56,16 @@ namespace {
 void SGD::update(std::size_t index, std::span<float> w, std::span<const float> grad, float lr, std::int64_t step) {
     const float mu = options_.momentum;
     float* const b = mu == 0 ? nullptr : slot(0, index).data();
-#if defined(MIXPREC_X86_KERNELS)
-    if (autodiff::isa() >= autodiff::Isa::avx512) {
-        const detail::SgdCoefficients k{lr, mu, options_.weight_decay, step == 1, options_.nesterov};
-        autodiff::detail::split(w.size(), detail::min_piece, [&](std::size_t lo, std::size_t hi) {
+    const detail::SgdCoefficients k{lr, mu, options_.weight_decay, step == 1, options_.nesterov};
+    detail::in_pieces(
+        w.size(),
+        [&](std::size_t lo, std::size_t hi) {
+            sgd_loop(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, lr, mu, options_.weight_decay,
+                     step == 1, options_.nesterov);
+        },
+        [&](std::size_t lo, std::size_t hi) {
             detail::sgd_avx512(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, k);
         });
-        return;
-    }
-#endif
-    detail::in_pieces(w.size(), [&](std::size_t lo, std::size_t hi) {
-        sgd_loop(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, lr, mu, options_.weight_decay,
-                 step == 1, options_.nesterov);
-    });
 }
 
 SGD::SGD() : SGD(Options{}) {}

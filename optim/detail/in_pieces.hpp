@@ -20,4 +20,17 @@ void in_pieces(std::size_t n, Loop loop) {
     });
 }
 
+/// in_pieces, except that from the avx512 level up kernel(begin, end) runs on each piece instead (an
+/// AVX-512 kernel of optim/arch/ that keeps loop's bits).
+template <class Loop, class Kernel>
+void in_pieces(std::size_t n, Loop loop, Kernel kernel) {
+#if defined(MIXPREC_X86_KERNELS)
+    if (autodiff::isa() >= autodiff::Isa::avx512) {
+        autodiff::detail::split(n, min_piece, kernel);
+        return;
+    }
+#endif
+    in_pieces(n, loop);
+}
+
 } // namespace mixprec::optim::detail
