@@ -23,6 +23,10 @@ struct AdamCoefficients {
 /// (optim/detail/near_underflow_avx512.hpp): the m and v of a weight whose gradient stays exactly zero (a
 /// pixel that is 0 in every image, a dead unit) decay to a few multiples of 2^-149 and stay there. v_max
 /// is null without AMSGrad. The caller checks the instruction-set level.
+#if defined(MIXPREC_X86_KERNELS)
 void adam_avx512(std::size_t n, float* w, float* m, float* v, float* v_max, const float* g, const AdamCoefficients& k);
+#else // never called: in_pieces runs the portable loop
+inline void adam_avx512(std::size_t, float*, float*, float*, float*, const float*, const AdamCoefficients&) {}
+#endif
 
 } // namespace mixprec::optim::detail

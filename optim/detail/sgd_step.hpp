@@ -20,6 +20,10 @@ struct SgdCoefficients {
 /// run in double, each operation rounded once to float (optim/detail/near_underflow_avx512.hpp): the
 /// buffer of a weight whose gradient stays zero decays to a few multiples of 2^-149 and stays there.
 /// The caller checks the instruction-set level.
+#if defined(MIXPREC_X86_KERNELS)
 void sgd_avx512(std::size_t n, float* w, float* b, const float* g, const SgdCoefficients& k);
+#else // never called: in_pieces runs the portable loop
+inline void sgd_avx512(std::size_t, float*, float*, const float*, const SgdCoefficients&) {}
+#endif
 
 } // namespace mixprec::optim::detail
