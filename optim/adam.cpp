@@ -36,36 +36,6 @@ std::vector<std::string> Adam::slot_names() const {
     return {"m", "v"};
 }
 
-namespace {
-
-/// The Adam update of n elements: m ← m + (1−β₁)(g − m), v ← β₂v + (1−β₂)g², then
-/// w ← w·decay − step_size · m̂ / (√v̂ + ε), with √v̂ = √v / bc2_sqrt and
-/// (amsgrad) v replaced by the running maximum. One pass, no aliasing, run at the vector width of the
-/// instruction-set level (autodiff/tensor/detail/isa_kernels.hpp); every width rounds each operation as the scalar code
-/// does (no FMA contraction: see optim/sources.cmake), so all give the same bits. From avx512 up,
-/// detail::adam_avx512 runs instead (the same bits, without the slow path of subnormal state).
-[[gnu::always_inline]] inline void adam_loop(std::size_t n, float* __restrict w, float* __restrict m,
-                                             float* __restrict v, float* __restrict v_max, const float* __restrict g,
-                                             const detail::AdamCoefficients& k) {
-    const auto [c1, b2, c2, eps, step_size, bc2_sqrt, decay] = k;
-    if (v_max) {
-        for (std::size_t i = 0; i < n; ++i) {
-            m[i] += c1 * (g[i] - m[i]);
-            v[i] = b2 * v[i] + c2 * g[i] * g[i];
-            v_max[i] = std::max(v_max[i], v[i]);
-            w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v_max[i]) / bc2_sqrt + eps);
-        }
-        return;
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-        m[i] += c1 * (g[i] - m[i]);
-        v[i] = b2 * v[i] + c2 * g[i] * g[i];
-        w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-    }
-}
-
-} // namespace
-
 void Adam::update(std::size_t index, std::span<float> w, std::span<const float> g, float lr, std::int64_t step) {
     const double t = double(step);
     const double beta1 = options_.beta1, beta2 = options_.beta2;
@@ -80,17 +50,22 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
                                      .step_size = step_size,
                                      .bc2_sqrt = bc2_sqrt,
                                      .decay = 1.0f - lr * weight_decay_};
-    float* const m = slot(0, index).data();
-    float* const v = slot(1, index).data();
-    float* const v_max = options_.amsgrad ? slot(2, index).data() : nullptr;
+    const detail::Arrays a{
+        w.data(),
+        {slot(0, index).data(), slot(1, index).data(), options_.amsgrad ? slot(2, index).data() : nullptr},
+        g.data()};
+    // One pass, at the vector width of the level in use; every width and kernel rounds each operation as
+    // the rule's scalar code does (no FMA contraction: see CMakeLists.txt), so all give the same bits.
     detail::in_pieces(
         w.size(),
         [&](std::size_t lo, std::size_t hi) {
-            adam_loop(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
+            if (a.s[2])
+                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::AdamRule<true>{k});
+            else
+                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::AdamRule<false>{k});
         },
-        [&](std::size_t lo, std::size_t hi) {
-            detail::adam_avx512(hi - lo, w.data() + lo, m + lo, v + lo, v_max ? v_max + lo : nullptr, g.data() + lo, k);
-        });
+        [&](std::size_t lo, std::size_t hi) { detail::adam_avx2(hi - lo, detail::part_of(a, lo), k); },
+        [&](std::size_t lo, std::size_t hi) { detail::adam_avx512(hi - lo, detail::part_of(a, lo), k); });
 }
 
 AdamW::AdamW(Options o)

@@ -10,7 +10,7 @@ namespace mixprec::optim {
 /// This is torch.optim.Adam's rule (ε added after the bias correction of √v). Keras applies ε before
 /// it (w ← w − lr·√(1−β2ᵗ)/(1−β1ᵗ) · m/(√v + ε)); the two agree when ε ≪ √v̂. ε defaults to Keras's
 /// 1e-7 (PyTorch: 1e-8). Elementwise math is float32, rounded as the formulas read (no FMA); the powers βᵗ
-/// are double. From the avx512 level up, elements whose state has decayed near underflow (the subnormal m
+/// are double. From the avx2 level up, elements whose state has decayed near underflow (the subnormal m
 /// and v of a weight whose gradient stays zero) are computed in double with the same bits, so that they
 /// do not take the CPU's slow path for subnormal numbers every step.
 /// Slots: "m", "v" and, with amsgrad, "v_max".

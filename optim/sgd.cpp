@@ -31,41 +31,21 @@ std::vector<std::string> SGD::slot_names() const {
     return {};
 }
 
-namespace {
-
-/// One SGD step over n elements (see sgd.hpp for the rule): g' = g + wd·w; b = g' on the first step, else
-/// μ·b + g'; w -= lr · (nesterov ? g' + μ·b : b); without momentum (b == nullptr) w -= lr · g'. Vectorized
-/// like the Adam loop, with the same rounding at every width. From avx512 up, detail::sgd_avx512 runs
-/// instead (the same bits, without the slow path of subnormal state).
-[[gnu::always_inline]] inline void sgd_loop(std::size_t n, float* __restrict w, float* __restrict b,
-                                            const float* __restrict grad, float lr, float mu, float wd, bool first,
-                                            bool nesterov) {
-    if (!b) {
-        for (std::size_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
-        return;
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-        const float g = grad[i] + wd * w[i];
-        b[i] = first ? g : mu * b[i] + g; // b starts as the first gradient itself
-        w[i] -= lr * (nesterov ? g + mu * b[i] : b[i]);
-    }
-}
-
-} // namespace
-
 void SGD::update(std::size_t index, std::span<float> w, std::span<const float> grad, float lr, std::int64_t step) {
     const float mu = options_.momentum;
-    float* const b = mu == 0 ? nullptr : slot(0, index).data();
     const detail::SgdCoefficients k{lr, mu, options_.weight_decay, step == 1, options_.nesterov};
+    const detail::Arrays a{w.data(), {mu == 0 ? nullptr : slot(0, index).data(), nullptr, nullptr}, grad.data()};
+    // As Adam::update: the same bits at every width and in every kernel.
     detail::in_pieces(
         w.size(),
         [&](std::size_t lo, std::size_t hi) {
-            sgd_loop(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, lr, mu, options_.weight_decay,
-                     step == 1, options_.nesterov);
+            if (a.s[0])
+                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::SgdRule<true>{k});
+            else
+                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::SgdRule<false>{k});
         },
-        [&](std::size_t lo, std::size_t hi) {
-            detail::sgd_avx512(hi - lo, w.data() + lo, b ? b + lo : nullptr, grad.data() + lo, k);
-        });
+        [&](std::size_t lo, std::size_t hi) { detail::sgd_avx2(hi - lo, detail::part_of(a, lo), k); },
+        [&](std::size_t lo, std::size_t hi) { detail::sgd_avx512(hi - lo, detail::part_of(a, lo), k); });
 }
 
 SGD::SGD() : SGD(Options{}) {}

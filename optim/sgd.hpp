@@ -8,7 +8,7 @@ namespace mixprec::optim {
 /// g ← g + wd·w;  b ← g on the first step, else b ← μ·b + g;  g ← g + μ·b (nesterov) or b;  w ← w − lr·g
 /// (torch.optim.SGD with dampening 0. Keras's SGD differs: v ← μv − lr·g, w ← w + v, which matches
 /// this only while lr is constant.) Elementwise math is float32, rounded as the formulas read (no FMA);
-/// from the avx512 level up, elements near underflow (the subnormal buffer of a weight whose gradient
+/// from the avx2 level up, elements near underflow (the subnormal buffer of a weight whose gradient
 /// stays zero) are computed in double with the same bits, off the CPU's slow path for subnormal numbers.
 class SGD final : public SlotOptimizer {
   public:

@@ -202,7 +202,8 @@ BOOST_AUTO_TEST_CASE(optimizers_give_the_same_bits_at_every_level) {
 // Adam, AMSGrad, AdamW and SGD (plain, momentum, Nesterov) on weights whose gradients put the state near
 // underflow (the m, v or momentum buffer of a weight whose gradient is zero, subnormal or tiny; a few
 // weights tiny themselves), mixed lane by lane with ordinary ones and switching between the two from step
-// to step: from avx512 up such lanes are computed in double (optim/detail/near_underflow_avx512.hpp), and
+// to step: from avx2 up such lanes are computed in double (optim/detail/near_underflow_avx2.hpp and
+// near_underflow_avx512.hpp), and
 // the weights and every slot must keep the bits of the float arithmetic of the portable level. 70,001
 // elements: two threads' pieces and a tail.
 BOOST_AUTO_TEST_CASE(optimizers_keep_their_bits_when_state_nears_underflow) {

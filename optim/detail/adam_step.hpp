@@ -1,6 +1,8 @@
 #pragma once
-// Internal: one Adam step over a run of elements, shared by optim/adam.cpp and its AVX-512 kernel
-// (optim/arch/adam_avx512.cpp). Include only from .cpp files.
+// Internal: Adam's rule, shared by optim/adam.cpp and its kernels (optim/arch/adam_*.cpp). Include only
+// from .cpp files.
+
+#include <mixprec/optim/detail/lanes.hpp>
 
 #include <cstddef>
 
@@ -17,16 +19,44 @@ struct AdamCoefficients {
     float decay;     ///< 1 − lr·wd (exactly 1 for Adam)
 };
 
-/// The update of optim/adam.cpp's adam_loop over [0, n) with AVX-512, with the same bits. Lanes whose
-/// state is below 2^-100 in magnitude (subnormal, or close enough that a product may be) or whose gradient
-/// is below 2^-60 (so that g² may be) run in double, each operation rounded once to float
-/// (optim/detail/near_underflow_avx512.hpp): the m and v of a weight whose gradient stays exactly zero (a
-/// pixel that is 0 in every image, a dead unit) decay to a few multiples of 2^-149 and stay there. v_max
-/// is null without AMSGrad. The caller checks the instruction-set level.
+/// m ← m + (1−β₁)(g − m), v ← β₂v + (1−β₂)g², (AMSGrad) v_max ← max(v_max, v), then
+/// w ← w·decay − step_size · m / (√v̂ / bc2_sqrt + ε) with v̂ = v, or v_max. Slots: s0 = m, s1 = v,
+/// s2 = v_max. A rule of optim/detail/lanes.hpp.
+template <bool amsgrad>
+struct AdamRule {
+    static constexpr int slots = amsgrad ? 3 : 2;
+    AdamCoefficients k;
+
+    template <class V>
+    [[gnu::always_inline]] void operator()(Lanes<V>& x) const {
+        x.s0 = x.s0 + V(k.c1) * (x.g - x.s0);
+        x.s1 = V(k.b2) * x.s1 + V(k.c2) * x.g * x.g;
+        if constexpr (amsgrad) x.s2 = larger(x.s2, x.s1);
+        const V& v_hat = amsgrad ? x.s2 : x.s1;
+        x.w = x.w * V(k.decay) - V(k.step_size) * x.s0 / (sqrt(v_hat) / V(k.bc2_sqrt) + V(k.eps));
+    }
+
+    /// Lanes whose float arithmetic may meet a subnormal: any state value below 2^-100 (subnormal, or a
+    /// moment whose product with the step size may be; decaying state crosses this band in a few hundred
+    /// steps and then sticks), or a gradient below 2^-60 (its square may be). Zeros are fast and excluded.
+    template <class V>
+    auto near_underflow(const Lanes<V>& x) const {
+        if constexpr (amsgrad) return below(-100, x.w, x.s0, x.s1, x.s2) | below(-60, x.g);
+        return below(-100, x.w, x.s0, x.s1) | below(-60, x.g);
+    }
+};
+
+/// AdamRule over [0, n) of a, with the bits of the portable loop (lane_by_lane), where a.s[2] (v_max) is
+/// null without AMSGrad. Lanes near underflow run in double, each operation rounded once to float
+/// (optim/detail/lanes.hpp): the m and v of a weight whose gradient stays exactly zero (a
+/// pixel that is 0 in every image, a dead unit) decay to a few multiples of 2^-149 and stay there. The
+/// caller checks the instruction-set level: AVX-512 F/BW/VL/DQ, or AVX2.
 #if defined(MIXPREC_X86_KERNELS)
-void adam_avx512(std::size_t n, float* w, float* m, float* v, float* v_max, const float* g, const AdamCoefficients& k);
+void adam_avx512(std::size_t n, const Arrays& a, const AdamCoefficients& k);
+void adam_avx2(std::size_t n, const Arrays& a, const AdamCoefficients& k);
 #else // never called: in_pieces runs the portable loop
-inline void adam_avx512(std::size_t, float*, float*, float*, float*, const float*, const AdamCoefficients&) {}
+inline void adam_avx512(std::size_t, const Arrays&, const AdamCoefficients&) {}
+inline void adam_avx2(std::size_t, const Arrays&, const AdamCoefficients&) {}
 #endif
 
 } // namespace mixprec::optim::detail

@@ -20,15 +20,14 @@ void in_pieces(std::size_t n, Loop loop) {
     });
 }
 
-/// in_pieces, except that from the avx512 level up kernel(begin, end) runs on each piece instead (an
-/// AVX-512 kernel of optim/arch/ that keeps loop's bits).
-template <class Loop, class Kernel>
-void in_pieces(std::size_t n, Loop loop, Kernel kernel) {
+/// in_pieces, except that each piece runs avx512(begin, end) from the avx512 level up and avx2(begin,
+/// end) at the avx2 level: kernels of optim/arch/ that keep loop's bits.
+template <class Loop, class Avx2, class Avx512>
+void in_pieces(std::size_t n, Loop loop, Avx2 avx2, Avx512 avx512) {
 #if defined(MIXPREC_X86_KERNELS)
-    if (autodiff::isa() >= autodiff::Isa::avx512) {
-        autodiff::detail::split(n, min_piece, kernel);
-        return;
-    }
+    const autodiff::Isa level = autodiff::isa();
+    if (level >= autodiff::Isa::avx512) return autodiff::detail::split(n, min_piece, avx512);
+    if (level >= autodiff::Isa::avx2) return autodiff::detail::split(n, min_piece, avx2);
 #endif
     in_pieces(n, loop);
 }

@@ -1,6 +1,8 @@
 #pragma once
-// Internal: one SGD step over a run of elements, shared by optim/sgd.cpp and its AVX-512 kernel
-// (optim/arch/sgd_avx512.cpp). Include only from .cpp files.
+// Internal: SGD's rule, shared by optim/sgd.cpp and its kernels (optim/arch/sgd_*.cpp). Include only from
+// .cpp files.
+
+#include <mixprec/optim/detail/lanes.hpp>
 
 #include <cstddef>
 
@@ -15,15 +17,44 @@ struct SgdCoefficients {
     bool nesterov; ///< g + μ·b instead of b
 };
 
-/// The update of optim/sgd.cpp's sgd_loop over [0, n) with AVX-512, with the same bits; b is the momentum
-/// buffer (null without momentum). Lanes whose weight, buffer or gradient is below 2^-100 in magnitude
-/// run in double, each operation rounded once to float (optim/detail/near_underflow_avx512.hpp): the
-/// buffer of a weight whose gradient stays zero decays to a few multiples of 2^-149 and stays there.
-/// The caller checks the instruction-set level.
+/// g' = g + wd·w; b ← g' on the first step, else μ·b + g'; w ← w − lr·(nesterov ? g' + μ·b : b), or
+/// without momentum w ← w − lr·g'. Slot: s0 = the momentum buffer b. A rule of optim/detail/lanes.hpp.
+template <bool momentum>
+struct SgdRule {
+    static constexpr int slots = momentum ? 1 : 0;
+    SgdCoefficients k;
+
+    template <class V>
+    [[gnu::always_inline]] void operator()(Lanes<V>& x) const {
+        const V g = x.g + V(k.wd) * x.w;
+        if constexpr (momentum) {
+            x.s0 = k.first ? g : V(k.mu) * x.s0 + g;
+            x.w = x.w - V(k.lr) * (k.nesterov ? g + V(k.mu) * x.s0 : x.s0);
+        } else {
+            x.w = x.w - V(k.lr) * g;
+        }
+    }
+
+    /// Lanes whose float arithmetic may meet a subnormal: weight, buffer or gradient below 2^-100 (a
+    /// product with lr, μ or wd may be subnormal). Zeros are fast and excluded.
+    template <class V>
+    auto near_underflow(const Lanes<V>& x) const {
+        if constexpr (momentum) return below(-100, x.w, x.g, x.s0);
+        return below(-100, x.w, x.g);
+    }
+};
+
+/// SgdRule over [0, n) of a, with the bits of the portable loop (lane_by_lane); a.s[0] is the momentum
+/// buffer, null without momentum. Lanes near underflow run in double, each operation rounded once to
+/// float (optim/detail/lanes.hpp): the buffer of a weight whose gradient stays zero decays
+/// to a few multiples of 2^-149 and stays there. The caller checks the instruction-set level: AVX-512
+/// F/BW/VL/DQ, or AVX2.
 #if defined(MIXPREC_X86_KERNELS)
-void sgd_avx512(std::size_t n, float* w, float* b, const float* g, const SgdCoefficients& k);
+void sgd_avx512(std::size_t n, const Arrays& a, const SgdCoefficients& k);
+void sgd_avx2(std::size_t n, const Arrays& a, const SgdCoefficients& k);
 #else // never called: in_pieces runs the portable loop
-inline void sgd_avx512(std::size_t, float*, float*, const float*, const SgdCoefficients&) {}
+inline void sgd_avx512(std::size_t, const Arrays&, const SgdCoefficients&) {}
+inline void sgd_avx2(std::size_t, const Arrays&, const SgdCoefficients&) {}
 #endif
 
 } // namespace mixprec::optim::detail
