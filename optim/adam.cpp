@@ -57,15 +57,15 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
     // One pass, at the vector width of the level in use; every width and kernel rounds each operation as
     // the rule's scalar code does (no FMA contraction: see CMakeLists.txt), so all give the same bits.
     detail::in_pieces(
-        w.size(),
-        [&](std::size_t lo, std::size_t hi) {
+        w.size(), a,
+        [&](std::size_t n, const detail::Arrays& part) {
             if (a.s[2])
-                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::AdamRule<true>{k});
+                detail::lane_by_lane(n, part, detail::AdamRule<true>{k});
             else
-                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::AdamRule<false>{k});
+                detail::lane_by_lane(n, part, detail::AdamRule<false>{k});
         },
-        [&](std::size_t lo, std::size_t hi) { detail::adam_avx2(hi - lo, detail::part_of(a, lo), k); },
-        [&](std::size_t lo, std::size_t hi) { detail::adam_avx512(hi - lo, detail::part_of(a, lo), k); });
+        [&](std::size_t n, const detail::Arrays& part) { detail::adam_avx2(n, part, k); },
+        [&](std::size_t n, const detail::Arrays& part) { detail::adam_avx512(n, part, k); });
 }
 
 AdamW::AdamW(Options o)

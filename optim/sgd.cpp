@@ -37,15 +37,15 @@ void SGD::update(std::size_t index, std::span<float> w, std::span<const float> g
     const detail::Arrays a{w.data(), {mu == 0 ? nullptr : slot(0, index).data(), nullptr, nullptr}, grad.data()};
     // As Adam::update: the same bits at every width and in every kernel.
     detail::in_pieces(
-        w.size(),
-        [&](std::size_t lo, std::size_t hi) {
+        w.size(), a,
+        [&](std::size_t n, const detail::Arrays& part) {
             if (a.s[0])
-                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::SgdRule<true>{k});
+                detail::lane_by_lane(n, part, detail::SgdRule<true>{k});
             else
-                detail::lane_by_lane(hi - lo, detail::part_of(a, lo), detail::SgdRule<false>{k});
+                detail::lane_by_lane(n, part, detail::SgdRule<false>{k});
         },
-        [&](std::size_t lo, std::size_t hi) { detail::sgd_avx2(hi - lo, detail::part_of(a, lo), k); },
-        [&](std::size_t lo, std::size_t hi) { detail::sgd_avx512(hi - lo, detail::part_of(a, lo), k); });
+        [&](std::size_t n, const detail::Arrays& part) { detail::sgd_avx2(n, part, k); },
+        [&](std::size_t n, const detail::Arrays& part) { detail::sgd_avx512(n, part, k); });
 }
 
 SGD::SGD() : SGD(Options{}) {}

@@ -3,6 +3,7 @@
 
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
+#include <mixprec/optim/detail/lanes.hpp>
 
 #include <cstddef>
 
@@ -11,25 +12,21 @@ namespace mixprec::optim::detail {
 /// Elements per thread at least (128 KiB of weights): smaller variables are updated on one thread.
 constexpr std::size_t min_piece = std::size_t{1} << 15;
 
-/// loop(begin, end) over pieces of [0, n), one per thread, each at the vector width of the level in use.
-/// For elementwise updates only, whose bits do not depend on where the pieces begin.
-template <class Loop>
-void in_pieces(std::size_t n, Loop loop) {
-    autodiff::detail::split(n, min_piece, [&](std::size_t begin, std::size_t end) {
-        autodiff::detail::vectorized([&] { loop(begin, end); });
-    });
-}
-
-/// in_pieces, except that each piece runs avx512(begin, end) from the avx512 level up and avx2(begin,
-/// end) at the avx2 level: kernels of optim/arch/ that keep loop's bits.
+/// An update of a's first n elements in pieces, one per thread, each piece given as (count, its arrays) to
+/// the kernel of optim/arch/ for the level in use — avx512 from the avx512 level up, avx2 at avx2 — or
+/// else to loop, run at the vector width of the level. The kernels keep loop's bits. For elementwise
+/// updates only, whose bits do not depend on where the pieces begin.
 template <class Loop, class Avx2, class Avx512>
-void in_pieces(std::size_t n, Loop loop, Avx2 avx2, Avx512 avx512) {
+void in_pieces(std::size_t n, const Arrays& a, Loop loop, Avx2 avx2, Avx512 avx512) {
+    const auto run = [&](auto piece) {
+        autodiff::detail::split(n, min_piece, [&](std::size_t lo, std::size_t hi) { piece(hi - lo, part_of(a, lo)); });
+    };
 #if defined(MIXPREC_X86_KERNELS)
     const autodiff::Isa level = autodiff::isa();
-    if (level >= autodiff::Isa::avx512) return autodiff::detail::split(n, min_piece, avx512);
-    if (level >= autodiff::Isa::avx2) return autodiff::detail::split(n, min_piece, avx2);
+    if (level >= autodiff::Isa::avx512) return run(avx512);
+    if (level >= autodiff::Isa::avx2) return run(avx2);
 #endif
-    in_pieces(n, loop);
+    run([&](std::size_t count, const Arrays& part) { autodiff::detail::vectorized([&] { loop(count, part); }); });
 }
 
 } // namespace mixprec::optim::detail
