@@ -43,8 +43,9 @@ target_sources(mixprec PRIVATE
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_sources(mixprec PRIVATE autodiff/tensor/arch/convert_avx2.cpp autodiff/tensor/arch/convert_avx512.cpp
                                  autodiff/tensor/arch/conv_weights_avx512_bf16.cpp
-                                 autodiff/tensor/arch/conv_first_layer_avx512.cpp)
-  set_source_files_properties(autodiff/tensor/arch/convert_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
+                                 autodiff/tensor/arch/conv_first_layer_avx512.cpp autodiff/tensor/arch/conv_first_layer_avx2.cpp)
+  set_source_files_properties(autodiff/tensor/arch/convert_avx2.cpp autodiff/tensor/arch/conv_first_layer_avx2.cpp
+                              PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
   set_source_files_properties(autodiff/tensor/arch/convert_avx512.cpp autodiff/tensor/arch/conv_weights_avx512_bf16.cpp
                               autodiff/tensor/arch/conv_first_layer_avx512.cpp
                               PROPERTIES COMPILE_OPTIONS

@@ -1,35 +1,20 @@
-// A first layer's forward pass on AVX-512 (conv_first_layer.hpp). Compiled with the AVX-512 flags; runs
-// only from the avx512 level up.
-#include <mixprec/autodiff/tensor/detail/conv_first_layer.hpp>
-#include <mixprec/autodiff/tensor/detail/grown.hpp>
-#include <mixprec/autodiff/tensor/detail/parallel.hpp>
+// A first layer's forward pass on AVX-512 (conv_first_layer.hpp), 16 lanes. Compiled with the AVX-512 flags;
+// runs only from the avx512 level up.
+#include <mixprec/autodiff/tensor/detail/conv_first_layer_images.hpp>
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace mixprec::autodiff::detail {
 namespace {
 
-constexpr std::size_t lanes = 16, taps = 9;
-/// Filters whose sums run side by side: 16 independent FMA chains in the pooled pass (four outputs a
-/// window), 4 in conv2d's.
-constexpr std::size_t group = 4;
+constexpr std::size_t lanes = 16;
 
 /// Mask of the first n lanes (n ≤ 16).
 __mmask16 first(std::size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
-
-/// The weights of filter o0 + f at tap t, for f < group: a last group of fewer filters repeats its last
-/// filter (computed, never stored).
-struct filter_group {
-    const float* w[group];
-    filter_group(const float* weights, std::size_t o0, std::size_t o) {
-        for (std::size_t f = 0; f < group; ++f) w[f] = weights + std::min(o0 + f, o - 1) * taps;
-    }
-};
 
 /// ReLU as mixprec applies it: v where v > 0 or NaN, else +0.
 __m512 relu(__m512 v) {
@@ -68,14 +53,6 @@ void forward_image(const first_layer_shape& s, const float* x, const float* w, c
                 }
             }
         }
-}
-
-/// One image's columns split: element k of split[(r·2 + p)·span] is column 2k + p of row r, zeros past the row
-/// (the layout of pooled_weights.hpp's split_columns for one channel; that header sits above tensor/).
-void split_columns(const first_layer_shape& s, const float* x, std::size_t span, float* split) {
-    std::fill_n(split, s.h * 2 * span, 0.0f);
-    for (std::size_t r = 0; r < s.h; ++r)
-        for (std::size_t c = 0; c < s.w; ++c) split[(r * 2 + c % 2) * span + c / 2] = x[r * s.w + c];
 }
 
 /// The pooled pass's outputs as float32 holds them (stored as they are).
@@ -181,32 +158,19 @@ void pooled_image(const first_layer_shape& s, const float* split, std::size_t sp
 
 } // namespace
 
-void first_layer_forward(const first_layer_shape& s, const float* x, const float* w, const float* bias, float* y) {
-    const std::size_t image = s.h * s.w, out = s.o * (s.h - 2) * (s.w - 2);
-    split(s.n, 1, [&](std::size_t n0, std::size_t n1) {
-        for (std::size_t n = n0; n < n1; ++n) forward_image(s, x + n * image, w, bias, y + n * out);
-    });
+void first_layer_forward_avx512(const first_layer_shape& s, const float* x, const float* w, const float* bias,
+                                float* y) {
+    forward_images(s, x, y, [&](const float* image, float* out) { forward_image(s, image, w, bias, out); });
 }
 
-void first_layer_pooled(const first_layer_shape& s, const float* x, const float* w, const float* bias, bool relu,
-                        Dtype dtype, void* pooled, std::uint32_t* idx) {
-    const std::size_t image = s.h * s.w, l = (s.h - 2) * (s.w - 2), wo2 = (s.w - 2) / 2;
-    const std::size_t span = (wo2 + lanes - 1) / lanes * lanes + 2, out = s.o * ((s.h - 2) / 2) * wo2;
-    const auto images = [&]<class Out>(Out) {
-        auto* values = static_cast<typename Out::storage*>(pooled);
-        split(s.n, 1, [&](std::size_t n0, std::size_t n1) {
-            thread_local std::vector<float> room;
-            float* columns = grown(room, s.h * 2 * span);
-            for (std::size_t n = n0; n < n1; ++n) {
-                split_columns(s, x + n * image, span, columns);
-                pooled_image<Out>(s, columns, span, w, bias, relu, static_cast<std::uint32_t>(n * s.o * l),
-                                  values + n * out, idx + n * out);
-            }
+void first_layer_pooled_avx512(const first_layer_shape& s, const float* x, const float* w, const float* bias, bool relu,
+                               Dtype dtype, void* pooled, std::uint32_t* idx) {
+    pooled_images<lanes, as_float32, as_float16, as_bfloat16>(
+        s, x, dtype, pooled, idx,
+        [&]<class Out>(Out, const float* columns, std::size_t span, std::uint32_t base, typename Out::storage* values,
+                       std::uint32_t* indices) {
+            pooled_image<Out>(s, columns, span, w, bias, relu, base, values, indices);
         });
-    };
-    if (dtype == Dtype::float16) return images(as_float16{});
-    if (dtype == Dtype::bfloat16) return images(as_bfloat16{});
-    images(as_float32{});
 }
 
 } // namespace mixprec::autodiff::detail
