@@ -10,16 +10,20 @@
 ///   float32), chunks keeping the column matrix at about 1 MiB;
 /// - im2col_onednn: the same, with oneDNN's sgemm in place of OpenBLAS's;
 /// - onednn: oneDNN's convolution primitives, on bfloat16 values as they are at the avx512_bf16 level
-///   and above, on float32 values (float16 and bfloat16 widened, exactly) otherwise: a bfloat16 input is
-///   widened by the reorder into the primitives' layout, in the same pass.
+///   and above, on float32 values (float16 and bfloat16 widened, exactly) otherwise: from avx512 up a
+///   bfloat16 input is widened by the reorder into the primitives' layout, in the same pass.
 /// bfloat16 convolutions at the avx512_bf16 level and above multiply their bfloat16 operands in oneDNN on
 /// both im2col routes.
-/// ConvBackend::automatic takes oneDNN's primitives from the avx512 level up (bfloat16 operands as they
-/// are from avx512_bf16, where its dot products give twice the float32 rate) and im2col on OpenBLAS below:
-/// a rule fixed in advance, so a run gives the same bits at every level on each side of avx512 (OpenBLAS
-/// does not follow MIXPREC_ISA; oneDNN's float32 kernels are its avx512_core ones from avx512 up). oneDNN's
-/// primitives were the fastest route for the cnn's convolutions on both AVX-512 CPUs measured (AMD Zen 4,
-/// Intel Skylake-SP), im2col on the AVX2 one (AMD Zen 3); bench/README.md has the figures.
+/// ConvBackend::automatic takes oneDNN's primitives from the avx2 level up (bfloat16 operands as they are
+/// from avx512_bf16, where its dot products give twice the float32 rate) and im2col on OpenBLAS at
+/// portable: a rule fixed in advance, so a run gives the same bits at every level from avx512 up (oneDNN's
+/// float32 kernels are its avx512_core ones there), and at avx2 and portable each its own (oneDNN's avx2
+/// kernels; OpenBLAS, which does not follow MIXPREC_ISA). oneDNN's primitives were the fastest route for the
+/// cnn's steps on both AVX-512 CPUs measured (AMD Zen 4, Intel Skylake-SP) and at the avx2 level of the
+/// Intel CPUs (Skylake-SP, and the Xeon with AMX with OpenBLAS's AVX2 kernels: 18.4–18.9 ms a float32 step
+/// against 24.2–24.8 on im2col, once the first layer's pass ran at avx2); on the one AVX2-only CPU measured
+/// (AMD Zen 3, before that pass and the pooling in the convolution's pass) im2col with oneDNN's sgemm led;
+/// bench/README.md has the figures.
 /// ConvBackend::measured instead times the routes on the CPU at hand and keeps the fastest for each shape
 /// (below). bench/bench_layers times every route for every dtype.
 /// The input's gradient is computed only when a tape wants it (gradient_needed, tape.hpp), so a first

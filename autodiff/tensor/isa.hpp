@@ -16,7 +16,7 @@
 ///   the same bits at every level (tests/test_isa.cpp checks each at every level the CPU has).
 /// - bfloat16 matrix products and convolutions run on oneDNN at avx512_bf16 and above, on OpenBLAS sgemm
 ///   below; they agree up to float32 summation order (see kernels_matmul.hpp). Convolutions of every
-///   other dtype run on oneDNN's primitives from avx512 up and on im2col with OpenBLAS below (ops_conv.hpp).
+///   other dtype run on oneDNN's primitives from avx2 up and on im2col with OpenBLAS at portable (ops_conv.hpp).
 /// - OpenBLAS picks its kernels from the CPU whatever the level (it reads OPENBLAS_CORETYPE, not
 ///   MIXPREC_ISA), so float32 sums may be ordered differently on another CPU or thread count.
 

@@ -363,7 +363,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                    "Threads (0: every core other processes leave free, measured as training runs)")
         ->check(CLI::Range(0, 1024));
     app.add_option("--conv-route", o.conv_route,
-                   "How convolutions run: automatic (a fixed rule: oneDNN's primitives from avx512 up, im2col below), "
+                   "How convolutions run: automatic (a fixed rule: oneDNN's primitives from avx2 up, im2col below), "
                    "im2col, im2col_onednn, onednn, or measured (each timed on this CPU at its first use and the "
                    "fastest kept, so the bits rest on the timings). Default: MIXPREC_CONV_ROUTE, else automatic")
         ->check(named_by(autodiff::conv_backend_named, "ROUTE"));

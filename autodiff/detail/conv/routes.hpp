@@ -28,9 +28,9 @@ namespace mixprec::autodiff::detail::conv {
 /// on float32 operands). See ops_conv.hpp for which one `automatic` takes, and why.
 enum class route { onednn_bf16, onednn_f32, im2col_bf16, im2col_f32, im2col_f32_onednn };
 
-/// Whether ConvBackend::automatic takes oneDNN's primitives at the level in use: from avx512 up (see
+/// Whether ConvBackend::automatic takes oneDNN's primitives at the level in use: from avx2 up (see
 /// ops_conv.hpp).
-inline bool automatic_takes_onednn() { return isa() >= Isa::avx512; }
+inline bool automatic_takes_onednn() { return isa() >= Isa::avx2; }
 
 /// The route of `backend` (not measured; automatic as the process has it) for this shape and dtype.
 inline route route_of(const geometry& g, Dtype dtype, ConvBackend backend) {
