@@ -6,7 +6,7 @@
 # avx512, products take OpenBLAS's sgemm; from avx512 up, products of one matrix take oneDNN's sgemm and
 # convolutions oneDNN's primitives, whose float32 kernels are the same at every level there. Below avx512,
 # convolutions take oneDNN's avx2 primitives at avx2 and im2col on OpenBLAS at portable, so the cnn's digest
-# is checked among the levels from avx512 up only. mixed_bfloat16 products run on oneDNN's bfloat16 matmul
+# is checked among the levels from avx512 up, and between avx2 and native where native is avx2. mixed_bfloat16 products run on oneDNN's bfloat16 matmul
 # from avx512_bf16 up, so its digest is the same below avx512 and, apart, among the levels from avx512 up
 # that lack avx512_bf16; so are mixed_float8's and mixed_mxfp8's, whose first and last layers multiply in
 # bfloat16.
@@ -72,6 +72,9 @@ for run in "mlp float32 24" "mlp mixed_float16 24" "mlp mixed_cbfloat16 24" "vit
     same_group "$run" "${above[@]}"
 done
 same_group "cnn mixed_float16 8" "${above[@]}"
+at_avx2=() # the levels whose convolutions take oneDNN's avx2 primitives: avx2, and native when it is avx2
+[[ " $levels " == *" avx2 "* ]] && at_avx2+=(avx2) && [ ${#above[@]} -eq 0 ] && at_avx2+=(native)
+same_group "cnn mixed_float16 8" "${at_avx2[@]}"
 without_bf16=() # the levels from avx512 up that multiply bfloat16 on sgemm
 for level in "${above[@]}"; do
     case "$level" in
