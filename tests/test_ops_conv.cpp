@@ -114,8 +114,8 @@ const std::vector<conv_case>& conv_cases() {
          {.stride = {2, 3}, .padding = {1, 2}, .dilation = {2, 1}}},
         {"1x1 kernel", Shape{2, 4, 3, 3}, Shape{5, 4, 1, 1}, false, {}},
         {"kernel = input", Shape{2, 2, 4, 3}, Shape{3, 2, 4, 3}, true, {}},
-        // one channel, 3 × 3: from the avx512 level up, oneDNN's route runs conv_first_layer.hpp's pass (rows
-        // of 38 outputs: two vectors of 16 and 6; 17 filters: groups of 4 and one)
+        // one channel, 3 × 3: from the avx2 level up, oneDNN's route runs conv_first_layer.hpp's pass (rows
+        // of 38 outputs: whole vectors of 16 or 8 lanes and a tail of 6; 17 filters: groups of 4 and one)
         {"one channel 3x3", Shape{3, 1, 9, 40}, Shape{17, 1, 3, 3}, true, {}},
         {"one channel 3x3, no bias", Shape{2, 1, 5, 19}, Shape{4, 1, 3, 3}, false, {}},
     };
@@ -356,7 +356,7 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
     const std::vector<pool_case> cases{{{5, 1, 28, 28}, {4, 1, 3, 3}, {}},
                                        {{3, 6, 13, 13}, {7, 6, 3, 3}, {}},
                                        // a first layer with 17 windows a row (two vectors of them) and an
-                                       // odd last column; 5 filters (conv_first_layer.hpp from avx512 up)
+                                       // odd last column; 5 filters (conv_first_layer.hpp from avx2 up)
                                        {{2, 1, 40, 37}, {5, 1, 3, 3}, {}},
                                        {{2, 3, 12, 11}, {5, 3, 3, 2}, {.stride = {1, 2}, .padding = {1, 1}}},
                                        {{4, 2, 4, 5}, {3, 2, 3, 3}, {.padding = {1, 0}}},
@@ -427,7 +427,7 @@ BOOST_AUTO_TEST_CASE(conv2d_max_pool_is_max_pool_of_conv2d_bit_for_bit) {
 // whose windows differ in float32 but round to the same float16 or bfloat16 (the first of them is the
 // argmax), that overflow (to infinity), that fall among the subnormals, and on NaN and infinite inputs, the
 // pooled outputs and every gradient are max_pool2d(conv2d(…))'s bit for bit (a NaN matching any NaN, as
-// same_bits_any_nan says why), with and without the ReLU: on a first layer (conv_first_layer.hpp's pass from avx512
+// same_bits_any_nan says why), with and without the ReLU: on a first layer (conv_first_layer.hpp's pass from avx2
 // up, which rounds in registers) and on a layer of 16 channels (oneDNN's blocked results, or channels last
 // where its bfloat16 kernels run on AMX; float16 rounded in a pass before the pooling).
 BOOST_AUTO_TEST_CASE(conv2d_max_pool_rounds_before_the_max) {
