@@ -272,7 +272,9 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
     const std::size_t taps = wg.taps(), per_image = g.o * taps + g.o, image = g.c * g.h * g.w, out = g.o * wg.windows();
     std::vector<float> sums(g.n * per_image);
     std::vector<unsigned char> finite(g.n);
-    const bool wide = isa() >= Isa::avx512; // registers of 16 lanes (lanes.hpp)
+    // registers of 16 lanes (lanes.hpp), or of 8: the filters' sums in passes of 8 lanes
+    const Isa level = isa();
+    const bool wide = level >= Isa::avx512, halves = !wide && level >= Isa::avx2;
     detail::split_blocks(g.n, per_image, [&](std::size_t first, std::size_t end) {
         for (std::size_t n = first; n < end; ++n) {
             float* split = scratch<float>(0, wg.split_size());
@@ -284,20 +286,25 @@ bool weights_from_windows(const geometry& g, const Tensor& x, const from_pooled<
             const float* dv = source.window_gradients(n);
             const std::uint32_t* idx = source.idx + n * out;
             const auto base = static_cast<std::uint32_t>(n * g.o * g.l());
-            const auto pass = [&]<bool Wide>(std::bool_constant<Wide>) {
+            // Wide: gather_windows and pooled_weights on 16 lanes a register; N: pooled_weights' lanes a pass
+            const auto pass = [&]<bool Wide, std::size_t N>(std::bool_constant<Wide>,
+                                                            std::integral_constant<std::size_t, N>) {
                 detail::gather_windows<Wide>(wg, split, gathered);
+                constexpr bool whole = Wide || N == 8; // the registers hold a pass's lanes
                 float* db = lanes + g.o * taps * L;
                 if (g.c == 1 && g.kh == 3 && g.kw == 3) {
-                    detail::pooled_weights<1, 3, 3, Wide>(wg, gathered, dv, idx, base, lanes, db);
+                    detail::pooled_weights<1, 3, 3, whole, N>(wg, gathered, dv, idx, base, lanes, db);
                 } else {
-                    detail::pooled_weights<0, 0, 0, Wide>(wg, gathered, dv, idx, base, lanes, db);
+                    detail::pooled_weights<0, 0, 0, whole, N>(wg, gathered, dv, idx, base, lanes, db);
                 }
             };
             detail::vectorized([&] {
                 if (wide) {
-                    pass(std::true_type{});
+                    pass(std::true_type{}, std::integral_constant<std::size_t, L>{});
+                } else if (halves) {
+                    pass(std::false_type{}, std::integral_constant<std::size_t, 8>{});
                 } else {
-                    pass(std::false_type{});
+                    pass(std::false_type{}, std::integral_constant<std::size_t, L>{});
                 }
                 for (std::size_t t = 0; t < per_image; ++t) sums[n * per_image + t] = detail::fold_lanes(lanes + t * L);
             });

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi" // lanes.hpp's vectors by value, always inlined
@@ -95,70 +96,80 @@ template <bool Wide>
 /// image): a window's gradient goes to its argmax alone, so tap t of filter o gets d times the input
 /// that tap read for the argmax. Writes lane l's sums (over windows 16k + l of each row, rows in order)
 /// to dw[(o·taps + t)·16 + l] and db[o·16 + l]. C, KH and KW: the sizes when known at compile time (the
-/// sums then stay in registers), else 0. The inputs come from gather_windows. Wide: the level's registers
-/// hold 16 lanes (lanes.hpp), for this and gather_windows.
-template <std::size_t C, std::size_t KH, std::size_t KW, bool Wide>
+/// sums then stay in registers), else 0. The inputs come from gather_windows. N: the lanes a pass takes,
+/// 16, or 8 (each chunk's two halves in turn: the AVX2 level, where a half is one register, so the sums
+/// of 3 × 3 taps fit its 16 registers); each lane's sums are the same either way. Wide: the level's
+/// registers hold N lanes (lanes.hpp).
+template <std::size_t C, std::size_t KH, std::size_t KW, bool Wide, std::size_t N = vector_lanes>
 [[gnu::always_inline]] inline void pooled_weights(const window_geometry& g, const float* gathered, const float* d,
                                                   const std::uint32_t* idx, std::uint32_t base, float* dw, float* db) {
+    using F = std::conditional_t<N == 8, f32x8, f32x16>;
+    using U = std::conditional_t<N == 8, u32x8, u32x16>;
     constexpr std::size_t L = vector_lanes, fixed = C * KH * KW;
     const std::size_t c_n = C ? C : g.c, kh = KH ? KH : g.kh, kw = KW ? KW : g.kw, taps = c_n * kh * kw;
     const std::size_t row = kw + 1, channel = (kh + 1) * row, inputs = c_n * channel;
     const std::size_t ho2 = g.ho / 2, wo2 = g.wo / 2, plane = g.ho * g.wo, size = g.o * ho2 * wo2;
     const auto wo = static_cast<std::uint32_t>(g.wo);
-    const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    U lane;
+    lane_numbers(lane);
     for (std::size_t o = 0; o < g.o; ++o) {
         float* out = dw + o * taps * L;
-        f32x16 fixed_sums[fixed ? fixed : 1] = {}; // registers when the taps are known
         if (!fixed) std::fill_n(out, taps * L, 0.0f);
-        f32x16 bias = {};
-        const float* in = gathered;
-        for (std::size_t i = 0; i < ho2; ++i)
-            for (std::size_t k0 = 0; k0 < wo2; k0 += L, in += inputs * L) {
-                const std::size_t at = (o * ho2 + i) * wo2 + k0;
-                const auto lanes = static_cast<std::uint32_t>(std::min(L, wo2 - k0));
-                f32x16 gradient;
-                u32x16 offset;
-                if (at + L <= size) { // lanes past the row read the next windows, then drop them
-                    gradient = load_lanes(d + at);
-                    std::memcpy(&offset, idx + at, sizeof offset);
-                } else {
-                    float d_lanes[L] = {};
-                    std::uint32_t idx_lanes[L] = {};
-                    std::memcpy(d_lanes, d + at, lanes * sizeof(float));
-                    std::memcpy(idx_lanes, idx + at, lanes * sizeof(std::uint32_t));
-                    gradient = load_lanes(d_lanes);
-                    std::memcpy(&offset, idx_lanes, sizeof offset);
-                }
-                u32x16 past_row, right, below, diagonal; // masks (lanes.hpp)
-                lanes_from<Wide>(past_row, lanes);
-                gradient = 0.0f + gradient; // a −0 lands as +0, as max_pool2d's sum into zeros does
-                take_lanes<Wide>(gradient, past_row, f32x16{});
-                offset -= static_cast<std::uint32_t>(base + o * plane + 2 * i * g.wo + 2 * k0) + 2 * lane;
-                zero_lanes<Wide>(right, offset - 1u);
-                zero_lanes<Wide>(below, offset - wo);
-                zero_lanes<Wide>(diagonal, offset - (wo + 1u));
-                bias += gradient;
-                std::size_t t = 0;
-                for (std::size_t c = 0; c < c_n; ++c)
-                    for (std::size_t th = 0; th < kh; ++th) {
-                        const float* upper = in + (c * channel + th * row) * L;
-                        const float* lower = upper + row * L;
-                        for (std::size_t tw = 0; tw < kw; ++tw, ++t) {
-                            f32x16 v = load_lanes(upper + tw * L);
-                            take_lanes<Wide>(v, right, load_lanes(upper + (tw + 1) * L));
-                            take_lanes<Wide>(v, below, load_lanes(lower + tw * L));
-                            take_lanes<Wide>(v, diagonal, load_lanes(lower + (tw + 1) * L));
-                            if constexpr (fixed != 0) {
-                                fixed_sums[t] += gradient * v;
-                            } else {
-                                store_lanes(out + t * L, load_lanes(out + t * L) + gradient * v);
+        for (std::size_t h = 0; h < L; h += N) {
+            F fixed_sums[fixed ? fixed : 1] = {}; // registers when the taps are known
+            F bias = {};
+            const float* in = gathered + h;
+            for (std::size_t i = 0; i < ho2; ++i)
+                for (std::size_t k0 = 0; k0 < wo2; k0 += L, in += inputs * L) {
+                    const std::size_t first = k0 + h; // the pass's first window in the row
+                    if (first >= wo2) continue;       // lanes past the row add nothing
+                    const std::size_t at = (o * ho2 + i) * wo2 + first;
+                    const auto lanes = static_cast<std::uint32_t>(std::min(N, wo2 - first));
+                    F gradient;
+                    U offset;
+                    if (at + N <= size) { // lanes past the row read the next windows, then drop them
+                        gradient = load_lanes<F>(d + at);
+                        std::memcpy(&offset, idx + at, sizeof offset);
+                    } else {
+                        float d_lanes[N] = {};
+                        std::uint32_t idx_lanes[N] = {};
+                        std::memcpy(d_lanes, d + at, lanes * sizeof(float));
+                        std::memcpy(idx_lanes, idx + at, lanes * sizeof(std::uint32_t));
+                        gradient = load_lanes<F>(d_lanes);
+                        std::memcpy(&offset, idx_lanes, sizeof offset);
+                    }
+                    U past_row, right, below, diagonal; // masks (lanes.hpp)
+                    lanes_from<Wide>(past_row, lanes);
+                    gradient = 0.0f + gradient; // a −0 lands as +0, as max_pool2d's sum into zeros does
+                    take_lanes<Wide>(gradient, past_row, F{});
+                    offset -= static_cast<std::uint32_t>(base + o * plane + 2 * i * g.wo + 2 * first) + 2 * lane;
+                    zero_lanes<Wide>(right, offset - 1u);
+                    zero_lanes<Wide>(below, offset - wo);
+                    zero_lanes<Wide>(diagonal, offset - (wo + 1u));
+                    bias += gradient;
+                    std::size_t t = 0;
+                    for (std::size_t c = 0; c < c_n; ++c)
+                        for (std::size_t th = 0; th < kh; ++th) {
+                            const float* upper = in + (c * channel + th * row) * L;
+                            const float* lower = upper + row * L;
+                            for (std::size_t tw = 0; tw < kw; ++tw, ++t) {
+                                F v = load_lanes<F>(upper + tw * L);
+                                take_lanes<Wide>(v, right, load_lanes<F>(upper + (tw + 1) * L));
+                                take_lanes<Wide>(v, below, load_lanes<F>(lower + tw * L));
+                                take_lanes<Wide>(v, diagonal, load_lanes<F>(lower + (tw + 1) * L));
+                                if constexpr (fixed != 0) {
+                                    fixed_sums[t] += gradient * v;
+                                } else {
+                                    float* sum = out + t * L + h;
+                                    store_lanes(sum, load_lanes<F>(sum) + gradient * v);
+                                }
                             }
                         }
-                    }
-            }
-        if constexpr (fixed != 0)
-            for (std::size_t t = 0; t < taps; ++t) store_lanes(out + t * L, fixed_sums[t]);
-        store_lanes(db + o * L, bias);
+                }
+            if constexpr (fixed != 0)
+                for (std::size_t t = 0; t < taps; ++t) store_lanes(out + t * L + h, fixed_sums[t]);
+            store_lanes(db + o * L + h, bias);
+        }
     }
 }
 
