@@ -1,6 +1,7 @@
 #include <mixprec/autodiff/tensor/tensor.hpp>
 
 #include <mixprec/autodiff/tensor/convert.hpp>
+#include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/autodiff/tensor/rounding.hpp>
 
 #include <algorithm>
@@ -74,13 +75,27 @@ Tensor Tensor::full(const Shape& shape, float value, Dtype dtype) {
 Tensor Tensor::to(Dtype dtype) const {
     if (dtype == dtype_) return *this;
     Tensor out = uninitialized(shape_, dtype);
-    if (dtype_ == Dtype::float32) {
-        narrow(static_cast<const float*>(raw()), out.raw(), size(), dtype);
-    } else if (dtype == Dtype::float32) {
-        widen(raw(), dtype_, static_cast<float*>(out.raw()), size());
-    } else {
+    if (dtype_ != Dtype::float32 && dtype != Dtype::float32) {
         const std::vector<float> wide = to_floats();
         narrow(wide.data(), out.raw(), size(), dtype);
+        return out;
+    }
+    // float32 to or from another format on every thread (elementwise: the same bits however split), as a
+    // mixed-precision layer reads its variable's working copy each step
+    constexpr std::size_t piece = std::size_t{1} << 14;
+    if (dtype_ == Dtype::float32) {
+        const auto* from = static_cast<const float*>(raw());
+        auto* to = static_cast<std::byte*>(out.raw());
+        RoundingBatch rounding(out);
+        detail::split(size(), piece, [&](std::size_t begin, std::size_t end) {
+            narrow(from + begin, to + begin * size_of(dtype), end - begin, dtype, rounding);
+        });
+    } else {
+        const auto* from = static_cast<const std::byte*>(raw());
+        auto* to = static_cast<float*>(out.raw());
+        detail::split(size(), piece, [&](std::size_t begin, std::size_t end) {
+            widen(from + begin * size_of(dtype_), dtype_, to + begin, end - begin);
+        });
     }
     return out;
 }
