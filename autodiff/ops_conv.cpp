@@ -132,6 +132,10 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
+        if (first_layer_backward_on_im2col(g, r)) {
+            im2col_backward(g, x, floats_of(w, widened_w), from_tensor<float>{g, dy, relu_d}, d, true);
+            break;
+        }
         onednn_backward(g, d, [&](float* dx) {
             const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
             const detail::conv_shape s = onednn_shape(g, r, x.dtype());

@@ -23,7 +23,9 @@
 /// Intel CPUs (Skylake-SP, and the Xeon with AMX with OpenBLAS's AVX2 kernels: 18.4–18.9 ms a float32 step
 /// against 24.2–24.8 on im2col, once the first layer's pass ran at avx2); on the one AVX2-only CPU measured
 /// (AMD Zen 3, before that pass and the pooling in the convolution's pass) im2col with oneDNN's sgemm led;
-/// bench/README.md has the figures.
+/// bench/README.md has the figures. Below avx512 the onednn route runs a first layer's backward pass (one
+/// channel, 3 × 3, stride 1, no padding or dilation) on im2col with oneDNN's sgemm, where oneDNN's avx2
+/// kernels pad the one channel to eight (detail/conv/routes.hpp).
 /// ConvBackend::measured instead times the routes on the CPU at hand and keeps the fastest for each shape
 /// (below). bench/bench_layers times every route for every dtype.
 /// The input's gradient is computed only when a tape wants it (gradient_needed, tape.hpp), so a first

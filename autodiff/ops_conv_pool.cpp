@@ -364,6 +364,10 @@ Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Ten
     switch (r) {
     case route::onednn_bf16:
     case route::onednn_f32:
+        if (first_layer_backward_on_im2col(g, r)) { // as conv2d's (routes.hpp)
+            im2col_backward(g, x, floats_of(w, widened_w), source(0.0f), d, true);
+            break;
+        }
         pooled_backward_onednn(g, r, x, w, source, forward_result.onednn_run, d);
         break;
     case route::im2col_bf16:

@@ -13,8 +13,8 @@
 // (conv_weights_bf16.hpp: products of pairs of images) next to oneDNN's primitive for the same pass, in
 // GFLOP/s: no floor, a measure of the kernel.
 //
-// Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first>/<dtype>/<im2col|im2col_onednn|onednn> (each
-// convolution route; conv2d_first is a one-channel first layer), layer/max_pool2d/<dtype>,
+// Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first|conv2d_rgb>/<dtype>/<im2col|im2col_onednn|onednn>
+// (each convolution route; conv2d_first is a one-channel first layer, conv2d_rgb a three-channel one), layer/max_pool2d/<dtype>,
 // peer/<dense|conv2d>/<sgemm|onednn>, peer/max_pool2d/copy; vit/self_attention/<dtype>,
 // vit/self_attention_ops/float32, vit/layer_norm/<dtype>; pass/conv2d_weights/bfloat16/pairs,
 // peer/conv2d_weights/onednn.
@@ -108,14 +108,16 @@ void bm_dense(benchmark::State& state, Dtype dtype) {
     }
 }
 
-/// A convolution of the cnn model at batch 128: x (128, c, hw, hw) * w (o, c, 3, 3). The first layer's
-/// input is a batch of data, whose gradient nobody wants (so x is not watched there).
+/// A convolution of the cnn model at batch 128: x (128, c, hw, hw) * w (o, c, 3, 3); and a first layer on
+/// three-channel 32 × 32 images (conv2d_rgb, as on CIFAR-10). A first layer's input is a batch of data, whose
+/// gradient nobody wants (so x is not watched there).
 struct ConvCase {
     const char* name;
     std::size_t c, hw, o;
     bool first;
 };
-const ConvCase conv_cases[] = {{"conv2d", 32, 13, 64, false}, {"conv2d_first", 1, 28, 32, true}};
+const ConvCase conv_cases[] = {
+    {"conv2d", 32, 13, 64, false}, {"conv2d_first", 1, 28, 32, true}, {"conv2d_rgb", 3, 32, 32, true}};
 
 void bm_conv(benchmark::State& state, Dtype dtype, ConvCase shape, ConvBackend backend) {
     const std::size_t c = shape.c, hw = shape.hw, o = shape.o;

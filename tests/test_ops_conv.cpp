@@ -248,29 +248,69 @@ BOOST_AUTO_TEST_CASE(conv2d_chunked_batch) {
 }
 
 // A layer fed with data (x not watched) gets no input gradient computed, on either route, and the
-// weight and bias gradients are the very bits it gets when x is watched.
+// weight and bias gradients are the very bits it gets when x is watched: padded, and in the shape whose
+// backward pass oneDNN's route hands to im2col below avx512 (routes.hpp).
 BOOST_AUTO_TEST_CASE(conv2d_skips_the_input_gradient_nobody_wants) {
-    const conv_case k{"first layer", Shape{3, 1, 9, 9}, Shape{4, 1, 3, 3}, true, {.padding = {1, 1}}};
-    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
-        const Tensor x = random(k.x, -1.0f, 1.0f, 500).to(dtype), w = random(k.w, -1.0f, 1.0f, 501).to(dtype);
-        const Tensor b = random(Shape{4}, -1.0f, 1.0f, 502).to(dtype);
-        for (const auto& [backend, route] : backends) BOOST_TEST_CONTEXT(name_of(dtype) << ", " << route) {
-                const auto grads = [&](bool watch_x) {
-                    GradientTape tape;
-                    if (watch_x) tape.watch(x);
-                    tape.watch(w), tape.watch(b);
-                    const Tensor y = run(k, x, w, b, backend);
-                    return tape.gradient_or_none(y * y, {x, w, b});
-                };
-                const auto all = grads(true), without_x = grads(false);
-                BOOST_TEST(all[0].has_value());
-                BOOST_TEST(!without_x[0].has_value());
-                for (std::size_t i : {1, 2}) {
-                    BOOST_REQUIRE(without_x[i].has_value());
-                    BOOST_TEST(without_x[i]->to_floats() == all[i]->to_floats(), boost::test_tools::per_element());
+    for (const conv_case& k :
+         {conv_case{"first layer", Shape{3, 1, 9, 9}, Shape{4, 1, 3, 3}, true, {.padding = {1, 1}}},
+          conv_case{"first layer, no padding", Shape{3, 1, 9, 21}, Shape{4, 1, 3, 3}, true, {}}})
+        for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16}) {
+            const Tensor x = random(k.x, -1.0f, 1.0f, 500).to(dtype), w = random(k.w, -1.0f, 1.0f, 501).to(dtype);
+            const Tensor b = random(Shape{4}, -1.0f, 1.0f, 502).to(dtype);
+            for (const auto& [backend, route] : backends)
+                BOOST_TEST_CONTEXT(k.name << ", " << name_of(dtype) << ", " << route) {
+                    const auto grads = [&](bool watch_x) {
+                        GradientTape tape;
+                        if (watch_x) tape.watch(x);
+                        tape.watch(w), tape.watch(b);
+                        const Tensor y = run(k, x, w, b, backend);
+                        return tape.gradient_or_none(y * y, {x, w, b});
+                    };
+                    const auto all = grads(true), without_x = grads(false);
+                    BOOST_TEST(all[0].has_value());
+                    BOOST_TEST(!without_x[0].has_value());
+                    for (std::size_t i : {1, 2}) {
+                        BOOST_REQUIRE(without_x[i].has_value());
+                        BOOST_TEST(without_x[i]->to_floats() == all[i]->to_floats(), boost::test_tools::per_element());
+                    }
                 }
+        }
+}
+
+// Below avx512 oneDNN's route hands a first layer's backward pass (one channel, 3 × 3, stride 1, no
+// padding or dilation) to im2col and oneDNN's sgemm (routes.hpp), its forward pass staying
+// conv_first_layer.hpp's: dx, dw and dbias are then im2col_onednn's bits, for one dy, with and without the
+// fused ReLU. x, w and b are multiples of 1/4 below 2 in magnitude, so that both forward passes sum exactly
+// and the ReLU's mask is the same on both. From avx512 up the route runs oneDNN's own backward pass.
+BOOST_AUTO_TEST_CASE(first_layer_backward_below_avx512_is_im2col_onednns) {
+    const Shape xs{3, 1, 9, 40}, ws{17, 1, 3, 3};
+    const auto quarters = [](const Shape& shape, unsigned seed, Dtype dtype) {
+        std::vector<float> v = random(shape, -2.0f, 2.0f, seed).to_floats();
+        for (float& e : v) e = std::round(e * 4.0f) / 4.0f;
+        return Tensor::from_floats(shape, v, dtype);
+    };
+    for (Dtype dtype : {Dtype::float32, Dtype::float16, Dtype::bfloat16})
+        for (bool relu : {false, true}) {
+            const Tensor x = quarters(xs, 700, dtype), w = quarters(ws, 701, dtype),
+                         b = quarters(Shape{17}, 702, dtype);
+            const Tensor dy = random(Shape{3, 17, 7, 38}, -1.0f, 1.0f, 703).to(dtype);
+            const auto grads = [&](ConvBackend backend) {
+                GradientTape tape;
+                tape.watch(x), tape.watch(w), tape.watch(b);
+                const Tensor y = conv2d(x, w, b, {.backend = backend, .relu = relu});
+                return tape.gradient(mul(y, dy), {x, w, b});
+            };
+            for (Isa level : available_isas()) {
+                if (level < Isa::avx2 || level >= Isa::avx512) continue;
+                set_isa(level);
+                const auto onednn = grads(ConvBackend::onednn), im2col = grads(ConvBackend::im2col_onednn);
+                for (std::size_t i = 0; i < 3; ++i)
+                    BOOST_TEST(std::memcmp(onednn[i].raw(), im2col[i].raw(), im2col[i].nbytes()) == 0,
+                               name_of(level)
+                                   << ", " << name_of(dtype) << (relu ? ", relu" : "") << ", gradient " << i);
             }
-    }
+            set_isa(max_isa());
+        }
 }
 
 // Conv2dOptions::relu gives relu(conv2d(…)) bit for bit on every route and dtype: the outputs, and dx, dw
