@@ -129,19 +129,16 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
                        float dx_alpha = 1.0f, float dw_alpha = 1.0f) {
     gradient_sums sums(g, x, w, bias, dx_dtype, dw_dtype);
     const conv_grads d = sums.grads(dx_alpha);
-    switch (r) {
+    const route on = backward_route(g, r); // a first layer's below avx512: im2col (routes.hpp)
+    switch (on) {
     case route::onednn_bf16:
     case route::onednn_f32:
-        if (first_layer_backward_on_im2col(g, r)) {
-            im2col_backward(g, x, floats_of(w, widened_w), from_tensor<float>{g, dy, relu_d}, d, true);
-            break;
-        }
         onednn_backward(g, d, [&](float* dx) {
             const Tensor dz = relu_d ? relu_masked(dy, *relu_d) : dy;
-            const detail::conv_shape s = onednn_shape(g, r, x.dtype());
+            const detail::conv_shape s = onednn_shape(g, on, x.dtype());
             detail::onednn_conv_backward(
-                s, [&] { return onednn_input(x, s, widened_x); }, forward_run, onednn_operand(w, r, widened_w),
-                onednn_operand(dz, r, widened_other), dx, d.dw, d.db);
+                s, [&] { return onednn_input(x, s, widened_x); }, forward_run, onednn_operand(w, on, widened_w),
+                onednn_operand(dz, on, widened_other), dx, d.dw, d.db);
         });
         break;
     case route::im2col_bf16:
@@ -150,7 +147,7 @@ Gradients run_backward(const geometry& g, route r, const Tensor& x, const Tensor
     case route::im2col_f32:
     case route::im2col_f32_onednn:
         im2col_backward(g, x, floats_of(w, widened_w), from_tensor<float>{g, dy, relu_d}, d,
-                        r == route::im2col_f32_onednn);
+                        on == route::im2col_f32_onednn);
         break;
     }
     if (dw_alpha != 1.0f)

@@ -361,21 +361,18 @@ Gradients pooled_backward(const geometry& g, route r, const Tensor& x, const Ten
     const conv_grads d = sums.grads(1.0f);
     const auto source = [&]<class T>(T) { return from_pooled<T>{g, dy, forward_result.y, forward_result.idx.get()}; };
     if (windows_pass_applies(g, d) && weights_from_windows(g, x, source(0.0f), d)) return sums.finish();
-    switch (r) {
+    const route on = backward_route(g, r); // a first layer's below avx512: im2col (routes.hpp)
+    switch (on) {
     case route::onednn_bf16:
     case route::onednn_f32:
-        if (first_layer_backward_on_im2col(g, r)) { // as conv2d's (routes.hpp)
-            im2col_backward(g, x, floats_of(w, widened_w), source(0.0f), d, true);
-            break;
-        }
-        pooled_backward_onednn(g, r, x, w, source, forward_result.onednn_run, d);
+        pooled_backward_onednn(g, on, x, w, source, forward_result.onednn_run, d);
         break;
     case route::im2col_bf16:
         im2col_backward(g, x, w.data<bfloat16>().data(), source(bfloat16{}), d, false);
         break;
     case route::im2col_f32:
     case route::im2col_f32_onednn:
-        im2col_backward(g, x, floats_of(w, widened_w), source(0.0f), d, r == route::im2col_f32_onednn);
+        im2col_backward(g, x, floats_of(w, widened_w), source(0.0f), d, on == route::im2col_f32_onednn);
         break;
     }
     return sums.finish();

@@ -6,10 +6,10 @@
 # avx512, products take OpenBLAS's sgemm; from avx512 up, products of one matrix take oneDNN's sgemm and
 # convolutions oneDNN's primitives, whose float32 kernels are the same at every level there. Below avx512,
 # convolutions take oneDNN's avx2 primitives at avx2 and im2col on OpenBLAS at portable, so the cnn's digest
-# is checked among the levels from avx512 up, and between avx2 and native where native is avx2. mixed_bfloat16 products run on oneDNN's bfloat16 matmul
-# from avx512_bf16 up, so its digest is the same below avx512 and, apart, among the levels from avx512 up
-# that lack avx512_bf16; so are mixed_float8's and mixed_mxfp8's, whose first and last layers multiply in
-# bfloat16.
+# is checked among the levels from avx512 up, and between avx2 and native where native is avx2.
+# mixed_bfloat16 products run on oneDNN's bfloat16 matmul from avx512_bf16 up, so its digest is the same
+# below avx512 and, apart, among the levels from avx512 up that lack avx512_bf16; so are mixed_float8's and
+# mixed_mxfp8's, whose first and last layers multiply in bfloat16.
 #
 #   tests/isa_reproducibility.sh TRAINER ISA_LEVELS WORKDIR
 # Exits 77 (skipped) when Fashion-MNIST is not installed, unless MIXPREC_REQUIRE_DATA is set.

@@ -66,14 +66,14 @@ inline std::optional<detail::first_layer_shape> first_layer_pass(const geometry&
     return s;
 }
 
-/// Whether the oneDNN route r leaves a first layer's backward pass (first_layer_pass()'s shapes: conv2d's,
-/// and conv2d_max_pool's where its weights do not come from the windows) to im2col and oneDNN's sgemm: below
-/// avx512, where oneDNN 2.6's weights pass (`jit:avx2`) pads the one input channel to a block of 8
-/// (bench_layers' `layer/conv2d_first/float32`, forward and backward, at `avx2`: 4.6 ms on oneDNN's passes,
-/// 2.4 on im2col_onednn). The whole pass, dx too when wanted, so that dw has the same bits whether or not the
-/// tape wants dx, and conv2d_max_pool those of max_pool2d(conv2d). From avx512 up oneDNN's own are faster.
-inline bool first_layer_backward_on_im2col(const geometry& g, route r) {
-    return isa() < Isa::avx512 && first_layer_pass(g, r).has_value();
+/// The route of the backward pass after a forward pass on r: r, except that below avx512 the oneDNN route
+/// leaves a first layer's backward pass (first_layer_pass()'s shapes) to im2col and oneDNN's sgemm, where
+/// oneDNN 2.6's weights pass (`jit:avx2`) pads the one input channel to a block of 8 (bench_layers'
+/// `layer/conv2d_first/float32`, forward and backward, at `avx2`: 4.6 ms on oneDNN's passes, 2.4 on
+/// im2col_onednn). The whole pass, dx too when wanted, so that dw has the same bits whether or not the tape
+/// wants dx, and conv2d_max_pool those of max_pool2d(conv2d). From avx512 up oneDNN's own are faster.
+inline route backward_route(const geometry& g, route r) {
+    return isa() < Isa::avx512 && first_layer_pass(g, r) ? route::im2col_f32_onednn : r;
 }
 
 /// oneDNN's shape on route r for an input of dtype x_dtype: a bfloat16 x goes to oneDNN as it is on the
