@@ -44,6 +44,23 @@ struct floats8 {
         best = _mm256_blendv_ps(best, v, replaces);
         offset = _mm256_blendv_epi8(offset, _mm256_set1_epi32(at), _mm256_castps_si256(replaces));
     }
+    /// Whether a lane of a, b, c or d is NaN.
+    static bool any_nan(__m256 a, __m256 b, __m256 c, __m256 d) {
+        return _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q), _mm256_cmp_ps(c, d, _CMP_UNORD_Q))) !=
+               0;
+    }
+    /// keep_larger where neither is NaN: v and its offset where v > best.
+    static void keep_greater(__m256& best, __m256i& offset, __m256 v, std::int32_t at) {
+        const __m256 replaces = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+        best = _mm256_blendv_ps(best, v, replaces);
+        offset = _mm256_blendv_epi8(offset, _mm256_set1_epi32(at), _mm256_castps_si256(replaces));
+    }
+    /// The ReLU of a maximum that is not NaN, and its offset 0 where it is clamped.
+    static void relu_kept(__m256& best, __m256i& offset) {
+        const __m256 positive = _mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_GT_OQ);
+        best = _mm256_and_ps(positive, best);
+        offset = _mm256_and_si256(_mm256_castps_si256(positive), offset);
+    }
     /// start + 2·lane + offset, each lane's argmax in the convolution's output.
     static void store_indices(std::uint32_t* p, __m256i m, std::int32_t start, __m256i offset) {
         const __m256i twice = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);

@@ -38,6 +38,22 @@ struct floats16 {
         best = _mm512_mask_mov_ps(best, replaces, v);
         offset = _mm512_mask_mov_epi32(offset, replaces, _mm512_set1_epi32(at));
     }
+    /// Whether a lane of a, b, c or d is NaN.
+    static bool any_nan(__m512 a, __m512 b, __m512 c, __m512 d) {
+        return (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(c, d, _CMP_UNORD_Q)) != 0;
+    }
+    /// keep_larger where neither is NaN: v and its offset where v > best.
+    static void keep_greater(__m512& best, __m512i& offset, __m512 v, std::int32_t at) {
+        const __mmask16 replaces = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, replaces, v);
+        offset = _mm512_mask_mov_epi32(offset, replaces, _mm512_set1_epi32(at));
+    }
+    /// The ReLU of a maximum that is not NaN, and its offset 0 where it is clamped.
+    static void relu_kept(__m512& best, __m512i& offset) {
+        const __mmask16 positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ);
+        best = _mm512_maskz_mov_ps(positive, best);
+        offset = _mm512_maskz_mov_epi32(positive, offset);
+    }
     /// start + 2·lane + offset, each lane's argmax in the convolution's output.
     static void store_indices(std::uint32_t* p, __mmask16 m, std::int32_t start, __m512i offset) {
         const __m512i twice = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
