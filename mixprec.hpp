@@ -38,6 +38,7 @@
 #include <mixprec/autodiff/variable.hpp>
 
 #include <mixprec/optim/adam.hpp>
+#include <mixprec/optim/near_underflow.hpp>
 #include <mixprec/optim/optimizer.hpp>
 #include <mixprec/optim/schedule.hpp>
 #include <mixprec/optim/sgd.hpp>

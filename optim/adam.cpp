@@ -64,8 +64,8 @@ void Adam::update(std::size_t index, std::span<float> w, std::span<const float> 
             else
                 detail::lane_by_lane(n, part, detail::AdamRule<false>{k});
         },
-        [&](std::size_t n, const detail::Arrays& part) { detail::adam_avx2(n, part, k); },
-        [&](std::size_t n, const detail::Arrays& part) { detail::adam_avx512(n, part, k); });
+        [&](std::size_t n, const detail::Arrays& part, bool in_double) { detail::adam_avx2(n, part, k, in_double); },
+        [&](std::size_t n, const detail::Arrays& part, bool in_double) { detail::adam_avx512(n, part, k, in_double); });
 }
 
 AdamW::AdamW(Options o)

@@ -44,8 +44,8 @@ void SGD::update(std::size_t index, std::span<float> w, std::span<const float> g
             else
                 detail::lane_by_lane(n, part, detail::SgdRule<false>{k});
         },
-        [&](std::size_t n, const detail::Arrays& part) { detail::sgd_avx2(n, part, k); },
-        [&](std::size_t n, const detail::Arrays& part) { detail::sgd_avx512(n, part, k); });
+        [&](std::size_t n, const detail::Arrays& part, bool in_double) { detail::sgd_avx2(n, part, k, in_double); },
+        [&](std::size_t n, const detail::Arrays& part, bool in_double) { detail::sgd_avx512(n, part, k, in_double); });
 }
 
 SGD::SGD() : SGD(Options{}) {}

@@ -5,7 +5,8 @@ target_sources(mixprec PRIVATE
   optim/communicator.cpp
   optim/schedule.cpp
   optim/sgd.cpp
-  optim/adam.cpp)
+  optim/adam.cpp
+  optim/near_underflow.cpp)
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   target_sources(mixprec PRIVATE optim/arch/adam_avx512.cpp optim/arch/sgd_avx512.cpp optim/arch/adam_avx2.cpp

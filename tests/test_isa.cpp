@@ -239,9 +239,9 @@ BOOST_AUTO_TEST_CASE(optimizers_give_the_same_bits_at_every_level) {
 // underflow (the m, v or momentum buffer of a weight whose gradient is zero, subnormal or tiny; a few
 // weights tiny themselves), mixed lane by lane with ordinary ones and switching between the two from step
 // to step: from avx2 up such lanes are computed in double (optim/detail/near_underflow_avx2.hpp and
-// near_underflow_avx512.hpp), and
-// the weights and every slot must keep the bits of the float arithmetic of the portable level. 70,001
-// elements: two threads' pieces and a tail.
+// near_underflow_avx512.hpp) or in float, as optim::near_underflow() says (both ways here, whichever this
+// CPU's automatic takes), and the weights and every slot must keep the bits of the float arithmetic of the
+// portable level. 70,001 elements: two threads' pieces and a tail.
 BOOST_AUTO_TEST_CASE(optimizers_keep_their_bits_when_state_nears_underflow) {
     using Make = std::function<std::unique_ptr<optim::Optimizer>()>;
     const std::vector<std::pair<const char*, Make>> optimizers{
@@ -318,8 +318,35 @@ BOOST_AUTO_TEST_CASE(optimizers_keep_their_bits_when_state_nears_underflow) {
                                                  [](float x) { return std::fpclassify(x) == FP_SUBNORMAL; });
             BOOST_TEST_CONTEXT(name << " array " << k) { BOOST_TEST(subnormal > (k == 0 ? 10 : 1000)); }
         }
-        each_level{}([&](Isa) { BOOST_TEST(same_bits(train(make), reference), name); });
+        for (optim::NearUnderflow way : {optim::NearUnderflow::in_double, optim::NearUnderflow::in_float}) {
+            optim::set_near_underflow(way);
+            BOOST_TEST_CONTEXT(optim::name_of(way)) {
+                each_level{}([&](Isa) { BOOST_TEST(same_bits(train(make), reference), name); });
+            }
+        }
+        optim::set_near_underflow(optim::NearUnderflow::automatic);
     }
+}
+
+// The way lanes near underflow are taken: its names both ways, a clear error for any other, and automatic
+// resolved by the CPU's measured speed on subnormal numbers (the same answer every time it is asked).
+BOOST_AUTO_TEST_CASE(near_underflow_choices) {
+    using optim::NearUnderflow;
+    for (NearUnderflow way : {NearUnderflow::automatic, NearUnderflow::in_double, NearUnderflow::in_float})
+        BOOST_TEST((optim::near_underflow_named(optim::name_of(way)) == way));
+    BOOST_CHECK_EXCEPTION(optim::near_underflow_named("fast"), std::invalid_argument, [](const auto& e) {
+        return std::string(e.what()).find("'fast' (the choices: automatic, double, float)") != std::string::npos;
+    });
+    const bool slow = optim::subnormal_floats_are_slow();
+    BOOST_TEST(optim::subnormal_floats_are_slow() == slow);
+    optim::set_near_underflow(NearUnderflow::in_double);
+    BOOST_TEST(optim::near_underflow_in_double());
+    optim::set_near_underflow(NearUnderflow::in_float);
+    BOOST_TEST(!optim::near_underflow_in_double());
+    optim::set_near_underflow(NearUnderflow::automatic);
+    BOOST_TEST(optim::near_underflow_in_double() == slow);
+    BOOST_TEST_MESSAGE("float multiplies yielding subnormal numbers are " << (slow ? "slow" : "fast")
+                                                                          << " on this CPU");
 }
 
 namespace {

@@ -429,8 +429,9 @@ int main(int argc, char** argv) {
     if (const int* code = std::get_if<int>(&parsed)) return *code;
     try {
         autodiff::isa();          // a bad MIXPREC_ISA is a usage error, reported before any work
-        autodiff::conv_backend(); // and so are a bad MIXPREC_CONV_ROUTE and MIXPREC_GEMM
-        autodiff::float32_gemm();
+        autodiff::conv_backend(); // and so are a bad MIXPREC_CONV_ROUTE, MIXPREC_GEMM and
+        autodiff::float32_gemm(); // MIXPREC_NEAR_UNDERFLOW
+        optim::near_underflow();
     } catch (const autodiff::isa_error& e) {
         std::cerr << "mixprec-train: " << e.what() << '\n';
         return 2;

@@ -47,16 +47,16 @@ struct AdamRule {
 };
 
 /// AdamRule over [0, n) of a, with the bits of the portable loop (lane_by_lane), where a.s[2] (v_max) is
-/// null without AMSGrad. Lanes near underflow run in double, each operation rounded once to float
+/// null without AMSGrad. With `in_double` lanes near underflow run in double, each operation rounded once to float
 /// (optim/detail/lanes.hpp): the m and v of a weight whose gradient stays exactly zero (a
 /// pixel that is 0 in every image, a dead unit) decay to a few multiples of 2^-149 and stay there. The
 /// caller checks the instruction-set level: AVX-512 F/BW/VL/DQ, or AVX2.
 #if defined(MIXPREC_X86_KERNELS)
-void adam_avx512(std::size_t n, const Arrays& a, const AdamCoefficients& k);
-void adam_avx2(std::size_t n, const Arrays& a, const AdamCoefficients& k);
+void adam_avx512(std::size_t n, const Arrays& a, const AdamCoefficients& k, bool in_double);
+void adam_avx2(std::size_t n, const Arrays& a, const AdamCoefficients& k, bool in_double);
 #else // never called: in_pieces runs the portable loop
-inline void adam_avx512(std::size_t, const Arrays&, const AdamCoefficients&) {}
-inline void adam_avx2(std::size_t, const Arrays&, const AdamCoefficients&) {}
+inline void adam_avx512(std::size_t, const Arrays&, const AdamCoefficients&, bool) {}
+inline void adam_avx2(std::size_t, const Arrays&, const AdamCoefficients&, bool) {}
 #endif
 
 } // namespace mixprec::optim::detail

@@ -4,6 +4,7 @@
 #include <mixprec/autodiff/tensor/detail/isa_kernels.hpp>
 #include <mixprec/autodiff/tensor/detail/parallel.hpp>
 #include <mixprec/optim/detail/lanes.hpp>
+#include <mixprec/optim/near_underflow.hpp>
 
 #include <cstddef>
 
@@ -12,10 +13,11 @@ namespace mixprec::optim::detail {
 /// Elements per thread at least (128 KiB of weights): smaller variables are updated on one thread.
 constexpr std::size_t min_piece = std::size_t{1} << 15;
 
-/// An update of a's first n elements in pieces, one per thread, each piece given as (count, its arrays) to
-/// the kernel of optim/arch/ for the level in use — avx512 from the avx512 level up, avx2 at avx2 — or
-/// else to loop, run at the vector width of the level. The kernels keep loop's bits. For elementwise
-/// updates only, whose bits do not depend on where the pieces begin.
+/// An update of a's first n elements in pieces, one per thread, each piece given as (count, its arrays,
+/// whether lanes near underflow go through double: near_underflow_in_double()) to the kernel of
+/// optim/arch/ for the level in use — avx512 from the avx512 level up, avx2 at avx2 — or else as (count,
+/// its arrays) to loop, run at the vector width of the level. The kernels keep loop's bits either way. For
+/// elementwise updates only, whose bits do not depend on where the pieces begin.
 template <class Loop, class Avx2, class Avx512>
 void in_pieces(std::size_t n, const Arrays& a, Loop loop, Avx2 avx2, Avx512 avx512) {
     const auto run = [&](auto piece) {
@@ -23,8 +25,11 @@ void in_pieces(std::size_t n, const Arrays& a, Loop loop, Avx2 avx2, Avx512 avx5
     };
 #if defined(MIXPREC_X86_KERNELS)
     const autodiff::Isa level = autodiff::isa();
-    if (level >= autodiff::Isa::avx512) return run(avx512);
-    if (level >= autodiff::Isa::avx2) return run(avx2);
+    const bool in_double = near_underflow_in_double();
+    if (level >= autodiff::Isa::avx512)
+        return run([&](std::size_t count, const Arrays& part) { avx512(count, part, in_double); });
+    if (level >= autodiff::Isa::avx2)
+        return run([&](std::size_t count, const Arrays& part) { avx2(count, part, in_double); });
 #endif
     run([&](std::size_t count, const Arrays& part) { autodiff::detail::vectorized([&] { loop(count, part); }); });
 }

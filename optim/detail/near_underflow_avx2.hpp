@@ -97,14 +97,14 @@ template <class Rule>
     store<Rule>(a, i, in_double8(rule, load<Rule>(a, i)));
 }
 
-/// rule over [0, n): 8 lanes at a time on Floats8, a block holding a lane that rule.near_underflow picks
-/// on Rounded4 (every lane of it: the same bits).
+/// rule over [0, n): 8 lanes at a time on Floats8, and when `in_double` a block holding a lane that
+/// rule.near_underflow picks on Rounded4 (every lane of it: the same bits).
 template <class Rule>
-void in_blocks(std::size_t n, const Arrays& a, const Rule& rule) {
+void in_blocks(std::size_t n, const Arrays& a, const Rule& rule, bool in_double) {
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         Lanes<Floats8> x = load<Rule>(a, i);
-        if (rule.near_underflow(x)) {
+        if (in_double && rule.near_underflow(x)) {
             in_double_at(rule, a, i);
             continue;
         }
@@ -119,7 +119,7 @@ void in_blocks(std::size_t n, const Arrays& a, const Rule& rule) {
     std::memcpy(w, part.w, bytes);
     std::memcpy(g, part.g, bytes);
     for (int k = 0; k < Rule::slots; ++k) std::memcpy(s[k], part.s[k], bytes);
-    in_blocks(8, copies, rule);
+    in_blocks(8, copies, rule, in_double);
     std::memcpy(part.w, w, bytes);
     for (int k = 0; k < Rule::slots; ++k) std::memcpy(part.s[k], s[k], bytes);
 }

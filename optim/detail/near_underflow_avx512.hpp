@@ -148,11 +148,11 @@ class Gathered {
     unsigned count_ = 0; // < 16 between calls
 };
 
-/// rule over [0, n): 16 lanes at a time on Floats16, the lanes rule.near_underflow picks on Rounded8,
-/// in place when a block holds 8 or more of them, else gathered. At most 2^30 elements (the offsets of
-/// gathered lanes are 32-bit; optimizers split longer arrays).
+/// rule over [0, n): 16 lanes at a time on Floats16, and when `in_double` the lanes rule.near_underflow
+/// picks on Rounded8, in place when a block holds 8 or more of them, else gathered. At most 2^30 elements
+/// (the offsets of gathered lanes are 32-bit; optimizers split longer arrays).
 template <class Rule>
-void by_blocks(std::size_t n, const Arrays& a, const Rule& rule) {
+void by_blocks(std::size_t n, const Arrays& a, const Rule& rule, bool in_double) {
     Gathered<Rule> gathered(rule, a);
     const auto load = [&](std::size_t i, __mmask16 in, int k) {
         return k < Rule::slots ? _mm512_maskz_loadu_ps(in, a.s[k] + i) : _mm512_setzero_ps();
@@ -166,7 +166,7 @@ void by_blocks(std::size_t n, const Arrays& a, const Rule& rule) {
         const __mmask16 in = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
         Lanes<Floats16> x{_mm512_maskz_loadu_ps(in, a.w + i), load(i, in, 0), load(i, in, 1), load(i, in, 2),
                           _mm512_maskz_loadu_ps(in, a.g + i)};
-        const __mmask16 slow = rule.near_underflow(x) & in, fast = in & __mmask16(~slow);
+        const __mmask16 slow = in_double ? rule.near_underflow(x) & in : 0, fast = in & __mmask16(~slow);
         if (slow) {
             if (__builtin_popcount(slow) >= 8)
                 store(i, slow, in_double16(rule, x));
@@ -184,10 +184,10 @@ void by_blocks(std::size_t n, const Arrays& a, const Rule& rule) {
 
 /// by_blocks over arrays of any length, 2^30 elements at a time.
 template <class Rule>
-void in_blocks(std::size_t n, const Arrays& a, const Rule& rule) {
+void in_blocks(std::size_t n, const Arrays& a, const Rule& rule, bool in_double) {
     constexpr std::size_t most = std::size_t{1} << 30;
     for (std::size_t i = 0; i < n; i += most) {
-        by_blocks(std::min(most, n - i), part_of(a, i), rule);
+        by_blocks(std::min(most, n - i), part_of(a, i), rule, in_double);
     }
 }
 

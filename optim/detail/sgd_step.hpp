@@ -45,16 +45,16 @@ struct SgdRule {
 };
 
 /// SgdRule over [0, n) of a, with the bits of the portable loop (lane_by_lane); a.s[0] is the momentum
-/// buffer, null without momentum. Lanes near underflow run in double, each operation rounded once to
+/// buffer, null without momentum. With `in_double` lanes near underflow run in double, each operation rounded once to
 /// float (optim/detail/lanes.hpp): the buffer of a weight whose gradient stays zero decays
 /// to a few multiples of 2^-149 and stays there. The caller checks the instruction-set level: AVX-512
 /// F/BW/VL/DQ, or AVX2.
 #if defined(MIXPREC_X86_KERNELS)
-void sgd_avx512(std::size_t n, const Arrays& a, const SgdCoefficients& k);
-void sgd_avx2(std::size_t n, const Arrays& a, const SgdCoefficients& k);
+void sgd_avx512(std::size_t n, const Arrays& a, const SgdCoefficients& k, bool in_double);
+void sgd_avx2(std::size_t n, const Arrays& a, const SgdCoefficients& k, bool in_double);
 #else // never called: in_pieces runs the portable loop
-inline void sgd_avx512(std::size_t, const Arrays&, const SgdCoefficients&) {}
-inline void sgd_avx2(std::size_t, const Arrays&, const SgdCoefficients&) {}
+inline void sgd_avx512(std::size_t, const Arrays&, const SgdCoefficients&, bool) {}
+inline void sgd_avx2(std::size_t, const Arrays&, const SgdCoefficients&, bool) {}
 #endif
 
 } // namespace mixprec::optim::detail
