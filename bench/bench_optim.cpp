@@ -9,7 +9,9 @@
 //               layer whose rows hold ten units), so its m (its buffer) has decayed to a subnormal number,
 //               as in a long training run; the rest ordinary;
 //   dead_all    every gradient zero for 1,500 steps before timing;
-// and copy/float32/<n>. MIXPREC_ISA=avx2 times the portable loop instead of the AVX-512 kernel.
+// and copy/float32/<n>. MIXPREC_ISA=avx2 times the AVX2 kernel instead of the AVX-512 one, portable the
+// portable loop; MIXPREC_NEAR_UNDERFLOW=double or float how the kernels take lanes near underflow (the
+// context line near_underflow says which way ran).
 
 #include <mixprec/mixprec.hpp>
 
@@ -94,6 +96,9 @@ int main(int argc, char** argv) {
         configure(benchmark::RegisterBenchmark(("sgd_momentum/" + std::string(name) + "/" + n).c_str(),
                                                bm_update<sgd_momentum, sgd_bytes>, dead));
     }
+    benchmark::AddCustomContext("near_underflow", std::string(optim::name_of(optim::near_underflow())) +
+                                                      " (lanes near underflow in " +
+                                                      (optim::near_underflow_in_double() ? "double" : "float") + ")");
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RunSpecifiedBenchmarks();
