@@ -16,7 +16,8 @@
 // Names: layer/dense/<dtype>, layer/<conv2d|conv2d_first|conv2d_rgb>/<dtype>/<im2col|im2col_onednn|onednn>
 // (each convolution route; conv2d_first is a one-channel first layer, conv2d_rgb a three-channel one), layer/max_pool2d/<dtype>,
 // peer/<dense|conv2d>/<sgemm|onednn>, peer/max_pool2d/copy; vit/self_attention/<dtype>,
-// vit/self_attention_ops/float32, vit/layer_norm/<dtype>; pass/conv2d_weights/bfloat16/pairs,
+// vit/self_attention_ops/float32, vit/layer_norm/<dtype>; pass/conv2d_max_pool_first/<dtype> (the cnn's
+// first layer, its ReLU and pooling: the forward pass alone, no floor); pass/conv2d_weights/bfloat16/pairs,
 // peer/conv2d_weights/onednn.
 
 #include <mixprec/mixprec.hpp>
@@ -133,6 +134,18 @@ void bm_conv(benchmark::State& state, Dtype dtype, ConvCase shape, ConvBackend b
         const Tensor y = conv2d(x, w, b, options);
         auto grads = tape.gradient(y, {x, w, b});
         benchmark::DoNotOptimize(grads[1].raw());
+    }
+}
+
+/// The forward pass of the cnn's first layer with its ReLU and 2 × 2 max pooling (conv2d_max_pool, outside
+/// a tape), on the automatic route: from avx2 up the first layer's pass of conv_first_layer.hpp.
+void bm_first_pooled(benchmark::State& state, Dtype dtype) {
+    const Tensor x = Tensor::from_floats(Shape{128, 1, 28, 28}, random_floats(128 * 784, 6), dtype);
+    const Tensor w = Tensor::from_floats(Shape{32, 1, 3, 3}, random_floats(32 * 9, 7), dtype);
+    const Tensor b = Tensor::from_floats(Shape{32}, random_floats(32, 8), dtype);
+    for (auto _ : state) {
+        const Tensor y = conv2d_max_pool(x, w, b, {.relu = true});
+        benchmark::DoNotOptimize(y.raw());
     }
 }
 
@@ -292,6 +305,7 @@ int main(int argc, char** argv) {
         configure(benchmark::RegisterBenchmark(("layer/dense/" + dtype).c_str(), bm_dense, d));
         configure(benchmark::RegisterBenchmark(("vit/self_attention/" + dtype).c_str(), bm_self_attention, d));
         configure(benchmark::RegisterBenchmark(("vit/layer_norm/" + dtype).c_str(), bm_layer_norm, d));
+        configure(benchmark::RegisterBenchmark(("pass/conv2d_max_pool_first/" + dtype).c_str(), bm_first_pooled, d));
         for (const ConvCase& shape : conv_cases)
             for (ConvBackend backend : {ConvBackend::im2col, ConvBackend::im2col_onednn, ConvBackend::onednn})
                 configure(benchmark::RegisterBenchmark(
