@@ -25,11 +25,12 @@ void in_pieces(std::size_t n, const Arrays& a, Loop loop, Avx2 avx2, Avx512 avx5
     };
 #if defined(MIXPREC_X86_KERNELS)
     const autodiff::Isa level = autodiff::isa();
-    const bool in_double = near_underflow_in_double();
-    if (level >= autodiff::Isa::avx512)
-        return run([&](std::size_t count, const Arrays& part) { avx512(count, part, in_double); });
-    if (level >= autodiff::Isa::avx2)
+    if (level >= autodiff::Isa::avx2) { // only the kernels have a double path to choose (or measure) at all
+        const bool in_double = near_underflow_in_double();
+        if (level >= autodiff::Isa::avx512)
+            return run([&](std::size_t count, const Arrays& part) { avx512(count, part, in_double); });
         return run([&](std::size_t count, const Arrays& part) { avx2(count, part, in_double); });
+    }
 #endif
     run([&](std::size_t count, const Arrays& part) { autodiff::detail::vectorized([&] { loop(count, part); }); });
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Internal: the first layer's passes (conv_first_layer.hpp) written once, over a vector type V that an arch/
 // file defines for its instruction set (V::lanes floats; masks of the first lanes; loads, stores, FMA, the
-// ReLU, the running maximum with its offset, the argmax's indices), and over Out, how a pooled maximum is
+// ReLU, the running maximum with its offset (NaN-aware, and a cheaper one for windows without NaN, with
+// the ReLU of that maximum), the argmax's indices), and over Out, how a pooled maximum is
 // rounded and stored. Include only from those arch/ files: everything here sits in an unnamed namespace, so
 // that no instantiation compiled with one file's instruction set can stand in for another's.
 
